@@ -1,0 +1,5 @@
+import sys
+
+from kubequeue.cli import main
+
+sys.exit(main())

@@ -1,0 +1,138 @@
+"""Gang placement: can every pod of a job be put on some node right now?
+
+The simulation places pod sets biggest-first, each pod on the tightest node that still has room
+(first-fit decreasing over the free-capacity index), charging a scratch overlay so pods of the
+same job never share capacity twice. All pods fit or the answer is no: a job that half-starts holds
+GPUs it cannot use, which is the waste kube-queue exists to prevent.
+
+``place`` is the hot path and only answers yes (with the placement) or no. ``explain`` runs the
+same simulation again on the rare path where a user-facing reason is needed, and with
+``empty_cluster=True`` it judges against allocatable only: "could this job ever fit here?".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kubequeue import resources
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.demand import PodSet
+from kubequeue.quantity import format_milli
+from kubequeue.resources import GPU, Resources
+
+__all__ = ["Assignment", "explain", "place"]
+
+# Below this many feasible nodes, scanning them directly beats walking the index.
+_DIRECT_SCAN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    pod_set: str
+    node: str
+    count: int
+    request: Resources
+
+
+def _size_key(ps: PodSet) -> tuple[int, int, int]:
+    r = ps.request
+    return (-r.get(GPU, 0), -r.get("cpu", 0), -r.get("memory", 0))
+
+
+def _effective(free: Mapping[str, int], extra: Mapping[str, int] | None) -> Mapping[str, int]:
+    if not extra:
+        return free
+    out = dict(free)
+    resources.sub_into(out, extra)
+    return out
+
+
+def _candidates(cache: CapacityCache, ps: PodSet, feasible: frozenset[str]) -> Iterable[str]:
+    if len(feasible) <= _DIRECT_SCAN:
+        return sorted(feasible, key=lambda n: (cache.nodes[n].free.get(GPU, 0), n))
+    return (n for n in cache.candidates(ps.request) if n in feasible)
+
+
+def place(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignment] | None:
+    """A placement of every pod on current free capacity, or None if the gang does not fit."""
+    scratch: dict[str, Resources] = {}
+    out: list[Assignment] = []
+    nodes = cache.nodes
+    for ps in sorted(pod_sets, key=_size_key):
+        remaining = ps.count
+        if remaining <= 0:
+            continue
+        feasible = cache.feasible(ps.constraints)
+        if not feasible:
+            return None
+        request = ps.request
+        for name in _candidates(cache, ps, feasible):
+            free = _effective(nodes[name].free, scratch.get(name))
+            k = resources.max_copies(request, free, remaining)
+            if k:
+                resources.add_into(scratch.setdefault(name, {}), request, k)
+                out.append(Assignment(ps.name, name, k, request))
+                remaining -= k
+                if not remaining:
+                    break
+        if remaining:
+            return None
+    return out
+
+
+def explain(
+    pod_sets: Sequence[PodSet], cache: CapacityCache, *, empty_cluster: bool = False
+) -> str:
+    """Why the gang does not fit (``""`` if it does). Slow path: scans every feasible node."""
+    scratch: dict[str, Resources] = {}
+    for ps in sorted(pod_sets, key=_size_key):
+        if ps.count <= 0:
+            continue
+        feasible = cache.feasible(ps.constraints)
+        if not feasible:
+            what = (
+                "no schedulable node without taints"
+                if ps.constraints.unconstrained
+                else f"no schedulable node matches {ps.constraints.describe()}"
+            )
+            return f"{_label(ps, pod_sets)}{what}"
+        frees = {
+            n: _effective(
+                cache.nodes[n].allocatable if empty_cluster else cache.nodes[n].free,
+                scratch.get(n),
+            )
+            for n in feasible
+        }
+        for res, need in sorted(ps.request.items()):
+            most = max(f.get(res, 0) for f in frees.values())
+            if need > most:
+                if not any(cache.nodes[n].allocatable.get(res, 0) for n in feasible):
+                    return (
+                        f"{_label(ps, pod_sets)}each pod needs {format_milli(res, need)} {res} "
+                        f"and no eligible node offers {res} at all"
+                    )
+                where = "has" if empty_cluster else "has free"
+                return (
+                    f"{_label(ps, pod_sets)}each pod needs {format_milli(res, need)} {res} on one "
+                    f"node; the most any eligible node {where} is {format_milli(res, most)}"
+                )
+        placed = 0
+        for name, free in sorted(frees.items(), key=lambda kv: (kv[1].get(GPU, 0), kv[0])):
+            k = resources.max_copies(ps.request, free, ps.count - placed)
+            if k:
+                resources.add_into(scratch.setdefault(name, {}), ps.request, k)
+                placed += k
+                if placed == ps.count:
+                    break
+        if placed < ps.count:
+            room = "the nodes can hold" if empty_cluster else "fit on free capacity now"
+            return (
+                f"{_label(ps, pod_sets)}needs {ps.count} pods of "
+                f"({resources.describe(ps.request)}) placed together; only {placed} {room}"
+            )
+    return ""
+
+
+def _label(ps: PodSet, pod_sets: Sequence[PodSet]) -> str:
+    return f"{ps.name}: " if len(pod_sets) > 1 else ""

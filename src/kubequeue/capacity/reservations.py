@@ -1,0 +1,168 @@
+"""Capacity held for admitted jobs until their pods are bound, so it cannot be admitted twice.
+
+Between "suspend=false" and the scheduler binding the job's pods there is a window in which the
+nodes still look free. A reservation covers it: for each admitted, unfinished job kube-queue holds
+
+    held(pod set) = max(0, pods the job should be running now - its pods bound to nodes)
+
+on concrete nodes. This is level-triggered: the same rule recomputes the reservation after a pod
+binds (it shrinks; the real pod now uses the capacity), after a pod ends while the job still wants
+it (it grows back), and after a controller restart (admitted jobs are recognised by their
+annotation and their missing pods are held again). A restart therefore can never over-commit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from kubequeue.capacity.cache import CapacityCache, JobKey
+from kubequeue.capacity.fit import Assignment, place
+from kubequeue.demand import PodSet
+from kubequeue.resources import GPU
+
+__all__ = ["Reservations"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class _Held:
+    pod_sets: dict[str, PodSet]
+    # pod set name -> node -> reserved pod count
+    placed: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, pod_set: str) -> int:
+        return sum(self.placed.get(pod_set, {}).values())
+
+
+class Reservations:
+    def __init__(self, cache: CapacityCache) -> None:
+        self._cache = cache
+        self._held: dict[JobKey, _Held] = {}
+
+    def __contains__(self, job: object) -> bool:
+        return job in self._held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def held_pods(self, job: JobKey) -> int:
+        held = self._held.get(job)
+        return sum(held.count(ps) for ps in held.pod_sets) if held else 0
+
+    def hold(
+        self, job: JobKey, pod_sets: Sequence[PodSet], assignments: Sequence[Assignment]
+    ) -> None:
+        """Charge a fresh admission's placement (computed by fit.place on the same cache)."""
+        self.release(job)
+        held = _Held(pod_sets={ps.name: ps for ps in pod_sets})
+        self._held[job] = held
+        for a in assignments:
+            self._add(held, a.pod_set, a.node, a.count)
+        self.reconcile(job)
+
+    def track(self, job: JobKey, pod_sets: Sequence[PodSet]) -> None:
+        """An admitted job as observed now (after a restart, or its status moved)."""
+        held = self._held.get(job)
+        if held is None:
+            held = _Held(pod_sets={})
+            self._held[job] = held
+        new = {ps.name: ps for ps in pod_sets}
+        for name in list(held.placed):
+            old = held.pod_sets.get(name)
+            if name not in new or (old is not None and old.request is not new[name].request):
+                self._drop(held, name, held.count(name))
+        held.pod_sets = new
+        self.reconcile(job)
+
+    def release(self, job: JobKey) -> None:
+        held = self._held.pop(job, None)
+        if held is None:
+            return
+        for name in list(held.placed):
+            self._drop(held, name, held.count(name))
+
+    def reconcile(self, job: JobKey) -> None:
+        """Make the held pods match what is still missing (see the module docstring)."""
+        held = self._held.get(job)
+        if held is None:
+            return
+        bound = _attribute(self._cache.bound_pods(job), held.pod_sets)
+        for name, ps in held.pod_sets.items():
+            needed = max(0, ps.count - bound.get(name, 0))
+            have = held.count(name)
+            if have > needed:
+                self._drop(held, name, have - needed)
+            elif have < needed:
+                self._grow(job, held, ps, needed - have)
+
+    # ----------------------------------------------------------------- internals
+    def _add(self, held: _Held, pod_set: str, node: str, count: int) -> None:
+        ps = held.pod_sets[pod_set]
+        nodes = held.placed.setdefault(pod_set, {})
+        nodes[node] = nodes.get(node, 0) + count
+        self._cache.reserve(node, ps.request, count)
+
+    def _drop(self, held: _Held, pod_set: str, count: int) -> None:
+        nodes = held.placed.get(pod_set, {})
+        ps = held.pod_sets.get(pod_set)
+        for node in list(nodes):
+            if count <= 0:
+                break
+            k = min(count, nodes[node])
+            nodes[node] -= k
+            count -= k
+            if ps is not None:
+                self._cache.unreserve(node, ps.request, k)
+            if not nodes[node]:
+                del nodes[node]
+        if not nodes:
+            held.placed.pop(pod_set, None)
+
+    def _grow(self, job: JobKey, held: _Held, ps: PodSet, count: int) -> None:
+        extra = PodSet(ps.name, count, ps.request, ps.constraints)
+        assignments = place([extra], self._cache)
+        if assignments is not None:
+            for a in assignments:
+                self._add(held, a.pod_set, a.node, a.count)
+            return
+        # The capacity is gone (someone else's pods took it while we were not watching). Hold it
+        # anyway on the roomiest eligible node: that node goes negative and takes nothing new,
+        # which is safer than admitting more work into capacity this job is about to claim.
+        eligible = self._cache.feasible(ps.constraints) or frozenset(self._cache.nodes)
+        if not eligible:
+            log.warning("reservation.no_node", job="/".join(job), pod_set=ps.name, pods=count)
+            return
+        node = max(eligible, key=lambda n: _roominess(self._cache.nodes[n].free, ps))
+        log.warning(
+            "reservation.overcommitted",
+            job="/".join(job),
+            pod_set=ps.name,
+            pods=count,
+            node=node,
+            why="an admitted job's pods are missing and no free capacity is left to hold for them",
+        )
+        self._add(held, ps.name, node, count)
+
+
+def _roominess(free: Mapping[str, int], ps: PodSet) -> tuple[int, int, int]:
+    return (free.get(GPU, 0), free.get("cpu", 0), free.get("memory", 0))
+
+
+def _attribute(bound: Counter[str | None], pod_sets: Mapping[str, PodSet]) -> dict[str, int]:
+    """Bound pods per pod set; pods without a pod-set label fill sets in declaration order."""
+    out = {name: bound.get(name, 0) for name in pod_sets}
+    loose = bound.get(None, 0)
+    for name, ps in pod_sets.items():
+        if loose <= 0:
+            break
+        take = min(loose, max(0, ps.count - out[name]))
+        if len(pod_sets) == 1:
+            take = loose
+        out[name] += take
+        loose -= take
+    return out

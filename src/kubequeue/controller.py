@@ -1,0 +1,174 @@
+"""Wires the controller together and supervises every long-lived task in one task group.
+
+    informers (Node, Pod, PriorityClass, one per job kind)
+        -> capacity cache / job tracker + queue
+            -> admission loop (leader only) -> API server
+
+Start-up order matters for correctness after a restart: every informer lists once before the
+first admission, so admitted jobs' reservations and all running pods are known before anything
+new is let in. Any task failing ends the group (and the process, for the kubelet to restart);
+orderly shutdown on SIGTERM/SIGINT cancels the group and releases the Lease.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import anyio
+import structlog
+
+from kubequeue.admission.cycle import AdmissionCycle
+from kubequeue.admission.loop import AdmissionLoop
+from kubequeue.admission.tracker import JobTracker
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.reservations import Reservations
+from kubequeue.handlers import (
+    JobHandler,
+    NodeHandler,
+    PodHandler,
+    PriorityClassHandler,
+    pod_owner_finder,
+)
+from kubequeue.health import HealthServer
+from kubequeue.kinds.registry import adapters_for
+from kubequeue.kube.client import KubeClient, connect
+from kubequeue.kube.events import EventRecorder
+from kubequeue.kube.informer import Informer, dict_codec, struct_codec
+from kubequeue.kube.lease import LeaderElector
+from kubequeue.objects import Node, Pod
+from kubequeue.queueing.queue import JobQueue
+from kubequeue.settings import Settings
+
+__all__ = ["Controller", "run"]
+
+log = structlog.get_logger(__name__)
+
+# Only pods that hold capacity: bound to a node and not finished. Pods leaving this set arrive
+# as DELETED, which is exactly when their capacity is freed.
+POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+class Controller:
+    def __init__(self, settings: Settings, client: KubeClient) -> None:
+        self.settings = settings
+        self.client = client
+        self.adapters = adapters_for(settings.kinds)
+        self.queue = JobQueue()
+        self.cache = CapacityCache(on_freed=self._wake)
+        self.reservations = Reservations(self.cache)
+        self.tracker = JobTracker(self.cache, self.queue, self.reservations, on_change=self._wake)
+        for adapter in self.adapters:
+            self.tracker.register(adapter)
+        self.events = EventRecorder(client)
+        self.cycle = AdmissionCycle(self.tracker, strict_fifo=settings.strict_fifo)
+        self.loop = AdmissionLoop(
+            self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight
+        )
+        self.ready = False
+        self.informers: list[Informer[Any]] = self._informers()
+
+    def _wake(self) -> None:
+        # Called from cache/tracker on every relevant change; the loop may not exist yet.
+        loop = getattr(self, "loop", None)
+        if loop is not None:
+            loop.wake()
+
+    def _informers(self) -> list[Informer[Any]]:
+        c, s = self.client, self.settings
+        out: list[Informer[Any]] = [
+            Informer(
+                c,
+                "nodes",
+                "/api/v1/nodes",
+                struct_codec(Node, lambda n: n.metadata.name),
+                NodeHandler(self.cache),
+                watch_timeout=s.watch_timeout,
+            ),
+            Informer(
+                c,
+                "pods",
+                "/api/v1/pods",
+                struct_codec(Pod, lambda p: p.metadata.uid),
+                PodHandler(self.cache, self.tracker, pod_owner_finder(self.adapters)),
+                field_selector=POD_FIELD_SELECTOR,
+                watch_timeout=s.watch_timeout,
+            ),
+            Informer(
+                c,
+                "priorityclasses",
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                dict_codec(),
+                PriorityClassHandler(self.tracker),
+                watch_timeout=s.watch_timeout,
+            ),
+        ]
+        for adapter in self.adapters:
+            out.append(
+                Informer(
+                    c,
+                    adapter.info.plural,
+                    adapter.info.collection_path(),
+                    dict_codec(),
+                    JobHandler(self.tracker, adapter),
+                    watch_timeout=s.watch_timeout,
+                )
+            )
+        return out
+
+    async def run(self) -> None:
+        s = self.settings
+        log.info(
+            "controller.starting", kinds=list(s.kinds), api=self.client.host, identity=s.identity
+        )
+        async with anyio.create_task_group() as tg:
+            if s.metrics_port:
+                server = HealthServer(
+                    s.metrics_host, s.metrics_port, self.tracker, lambda: self.ready
+                )
+                tg.start_soon(server.run, name="health-server")
+            tg.start_soon(self.events.run, name="event-writer")
+            async with anyio.create_task_group() as syncing:
+                for informer in self.informers:
+                    syncing.start_soon(self._start_informer, tg, informer)
+            self.ready = True
+            log.info(
+                "controller.synced",
+                nodes=len(self.cache.nodes),
+                pods=self.cache.pod_count,
+                queued=len(self.queue),
+                holding=len(self.reservations),
+            )
+            if s.leader_elect:
+                elector = LeaderElector(
+                    self.client,
+                    s.lease_namespace,
+                    s.lease_name,
+                    s.identity,
+                    lease_duration=s.lease_duration,
+                    renew_deadline=s.renew_deadline,
+                    retry_period=s.retry_period,
+                )
+                tg.start_soon(elector.run, self.loop.run, name="leader-election")
+            else:
+                tg.start_soon(self.loop.run, name="admission-loop")
+
+    async def _start_informer(self, tg: anyio.abc.TaskGroup, informer: Informer[Any]) -> None:
+        # tg.start returns after the informer's first full list; the informer keeps running in tg.
+        await tg.start(informer.run, name=f"informer-{informer.name}")
+
+
+async def run(settings: Settings) -> None:
+    async with connect(settings.kubeconfig, settings.context) as client:
+        controller = Controller(settings, client)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            await controller.run()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("controller.stopping", signal=signal.Signals(signum).name)
+            scope.cancel()
+            return

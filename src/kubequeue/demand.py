@@ -1,0 +1,144 @@
+"""What a job needs: groups of identical pods, each pod's effective request, where they may run.
+
+The effective request follows the kube-scheduler's own arithmetic (k8s.io/component-helpers
+resource.PodRequests), so "fits" here means the scheduler will agree:
+``max(sum(app containers) + sum(sidecars), max over init steps) + overhead``. A pod template has
+not been through the API server's Pod defaulting, so limits stand in for missing requests here
+(the defaulting would copy them on pod creation anyway).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from kubequeue import resources
+from kubequeue.objects import Container, PodSpec, PodTemplateSpec
+from kubequeue.quantity import QuantityError, parse_milli
+from kubequeue.resources import PODS, Resources
+from kubequeue.scheduling import ConstraintError, NodeConstraints, constraints_of
+
+__all__ = [
+    "DemandError",
+    "PodSet",
+    "decode_template",
+    "parse_resource_map",
+    "pod_request",
+    "pod_set_from_template",
+    "total_demand",
+]
+
+# A resource name is a (optionally prefixed) qualified name, like "cpu" or "nvidia.com/gpu".
+_RESOURCE_NAME = re.compile(
+    r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+class DemandError(ValueError):
+    """A job whose resource demand cannot be computed; the message is shown to the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """``count`` identical pods, each requesting ``request``, placed where ``constraints`` allow."""
+
+    name: str
+    count: int
+    request: Resources
+    constraints: NodeConstraints = field(default_factory=NodeConstraints)
+
+
+def total_demand(pod_sets: Sequence[PodSet]) -> Resources:
+    out: Resources = {}
+    for ps in pod_sets:
+        resources.add_into(out, ps.request, ps.count)
+    return out
+
+
+def parse_resource_map(values: Mapping[str, Any], where: str) -> Resources:
+    """Parse a {resource: quantity} map, rejecting bad names, bad numbers and negatives."""
+    out: Resources = {}
+    for name, raw in values.items():
+        if not isinstance(name, str) or not _RESOURCE_NAME.match(name) or len(name) > 253:
+            raise DemandError(f"{where}: {name!r} is not a valid resource name")
+        if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+            raise DemandError(f"{where}: {name} has non-quantity value {raw!r}")
+        try:
+            amount = parse_milli(raw)
+        except QuantityError as exc:
+            raise DemandError(f"{where}: {name}: {exc}") from None
+        if amount < 0:
+            raise DemandError(f"{where}: {name} is negative ({raw})")
+        if amount:
+            out[name] = amount
+    return out
+
+
+def _container_request(container: Container, where: str) -> Resources:
+    limits = parse_resource_map(container.resources.limits, f"{where} limits")
+    requests = parse_resource_map(container.resources.requests, f"{where} requests")
+    for name, amount in requests.items():
+        if name in limits and amount > limits[name]:
+            raise DemandError(
+                f"{where}: request of {name} ({resources.describe({name: amount})}) is above "
+                f"its limit ({resources.describe({name: limits[name]})})"
+            )
+    merged = dict(limits)
+    merged.update(requests)
+    return merged
+
+
+def _max_into(target: Resources, other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        if amount > target.get(name, 0):
+            target[name] = amount
+
+
+def pod_request(spec: PodSpec, where: str = "pod") -> Resources:
+    """The scheduler's effective request of one pod, plus one slot of ``pods``. Interned."""
+    app: Resources = {}
+    for c in spec.containers:
+        resources.add_into(app, _container_request(c, f"{where} container {c.name!r}"))
+    sidecars: Resources = {}
+    init_peak: Resources = {}
+    for c in spec.initContainers:
+        own = _container_request(c, f"{where} init container {c.name!r}")
+        if c.restartPolicy == "Always":
+            resources.add_into(sidecars, own)
+            step = dict(sidecars)
+        else:
+            step = dict(own)
+            resources.add_into(step, sidecars)
+        _max_into(init_peak, step)
+    resources.add_into(app, sidecars)
+    _max_into(app, init_peak)
+    resources.add_into(app, parse_resource_map(spec.overhead, f"{where} overhead"))
+    app[PODS] = 1000
+    return resources.intern(app)
+
+
+def decode_template(template: Any, where: str) -> PodTemplateSpec:
+    """Typed view of a pod template dict from a job object; DemandError if it is malformed."""
+    if not isinstance(template, Mapping):
+        raise DemandError(f"{where}: pod template is missing")
+    try:
+        return msgspec.convert(template, PodTemplateSpec, strict=False)
+    except msgspec.ValidationError as exc:
+        raise DemandError(f"{where}: malformed pod template: {exc}") from None
+
+
+def pod_set_from_template(name: str, count: Any, template: Any, where: str) -> PodSet:
+    """One PodSet from a replica count and a pod template dict (shared by every job kind)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise DemandError(f"{where}: replica count {count!r} is not a non-negative integer")
+    spec = decode_template(template, where).spec
+    try:
+        constraints = constraints_of(spec)
+    except ConstraintError as exc:
+        raise DemandError(f"{where}: {exc}") from None
+    return PodSet(name=name, count=count, request=pod_request(spec, where), constraints=constraints)

@@ -1,0 +1,115 @@
+"""Glue between informers and state: decoded objects in, cache / tracker updates out.
+
+Each handler is a few lines on purpose: the decisions live in the tracker and the cache, which
+are pure and unit-tested; this file only routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubequeue.admission.tracker import JobTracker
+from kubequeue.capacity.cache import CapacityCache, PodOwner
+from kubequeue.kinds.protocol import JobAdapter
+from kubequeue.objects import Node, Pod
+
+__all__ = ["JobHandler", "NodeHandler", "PodHandler", "PriorityClassHandler", "pod_owner_finder"]
+
+
+class NodeHandler:
+    def __init__(self, cache: CapacityCache) -> None:
+        self.cache = cache
+
+    def upsert(self, obj: Node) -> None:
+        self.cache.upsert_node(obj)
+
+    def delete(self, key: str) -> None:
+        self.cache.delete_node(key)
+
+    def synced(self) -> None:
+        pass
+
+
+def pod_owner_finder(adapters: Sequence[JobAdapter]) -> Callable[[Pod], PodOwner | None]:
+    def find(pod: Pod) -> PodOwner | None:
+        for adapter in adapters:
+            found = adapter.pod_owner(pod)
+            if found is not None:
+                name, pod_set = found
+                return (adapter.info.kind, pod.metadata.namespace, name), pod_set
+        return None
+
+    return find
+
+
+class PodHandler:
+    def __init__(
+        self,
+        cache: CapacityCache,
+        tracker: JobTracker,
+        owner_of: Callable[[Pod], PodOwner | None],
+    ) -> None:
+        self.cache = cache
+        self.tracker = tracker
+        self.owner_of = owner_of
+
+    def upsert(self, obj: Pod) -> None:
+        self.tracker.pod_changed(self.cache.upsert_pod(obj, self.owner_of(obj)))
+
+    def delete(self, key: str) -> None:
+        self.tracker.pod_changed(self.cache.delete_pod(key))
+
+    def synced(self) -> None:
+        pass
+
+
+class JobHandler:
+    def __init__(self, tracker: JobTracker, adapter: JobAdapter) -> None:
+        self.tracker = tracker
+        self.adapter = adapter
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        self.tracker.observe(self.adapter, obj)
+
+    def delete(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        self.tracker.forget((self.adapter.info.kind, namespace, name))
+
+    def synced(self) -> None:
+        pass
+
+
+class PriorityClassHandler:
+    """PriorityClass name -> value (and the globalDefault), pushed to the tracker on change."""
+
+    def __init__(self, tracker: JobTracker) -> None:
+        self.tracker = tracker
+        self.values: dict[str, int] = {}
+        self.defaults: dict[str, int] = {}
+        self._listed = False
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        value = obj.get("value", 0)
+        self.values[name] = value if isinstance(value, int) else 0
+        if obj.get("globalDefault") is True:
+            self.defaults[name] = self.values[name]
+        else:
+            self.defaults.pop(name, None)
+        self._push()
+
+    def delete(self, key: str) -> None:
+        name = key.rpartition("/")[2]
+        self.values.pop(name, None)
+        self.defaults.pop(name, None)
+        self._push()
+
+    def synced(self) -> None:
+        self._listed = True
+        self._push()
+
+    def _push(self) -> None:
+        if self._listed:
+            default = max(self.defaults.values()) if self.defaults else 0
+            self.tracker.set_priority_classes(self.values, default)

@@ -1,0 +1,81 @@
+"""Small readers shared by the adapters: annotations, conditions, owner checks, opt-out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubequeue.kinds.protocol import Obj
+from kubequeue.objects import Pod
+
+__all__ = [
+    "ADMITTED_AT",
+    "IGNORE",
+    "SUSPEND_ANNOTATION",
+    "annotations_of",
+    "controller_owner",
+    "dig",
+    "has_true_condition",
+    "labels_of",
+    "opted_out",
+    "pod_controller_name",
+]
+
+# Written by kube-queue on admission; its presence on a running job means "kube-queue admitted
+# this", which is how a restarted controller finds the jobs whose capacity it must keep holding.
+ADMITTED_AT = "kube-queue.io/admitted-at"
+# Users set this to "true" to keep kube-queue's hands off a suspended job.
+IGNORE = "kube-queue.io/ignore"
+# The suspend annotation understood by Kubeflow / Spark operator builds that support it.
+SUSPEND_ANNOTATION = "scheduling.x-k8s.io/suspend"
+
+
+def dig(obj: Any, *path: str) -> Any:
+    """obj[path[0]][path[1]]..., or None when any step is missing or not a mapping."""
+    for step in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(step)
+    return obj
+
+
+def annotations_of(obj: Obj) -> dict[str, str]:
+    found = dig(obj, "metadata", "annotations")
+    return found if isinstance(found, dict) else {}
+
+
+def labels_of(obj: Obj) -> dict[str, str]:
+    found = dig(obj, "metadata", "labels")
+    return found if isinstance(found, dict) else {}
+
+
+def has_true_condition(obj: Obj, *types: str) -> bool:
+    conditions = dig(obj, "status", "conditions")
+    if not isinstance(conditions, list):
+        return False
+    return any(
+        isinstance(c, dict) and c.get("type") in types and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def controller_owner(obj: Obj) -> dict[str, Any] | None:
+    refs = dig(obj, "metadata", "ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
+def opted_out(obj: Obj) -> str | None:
+    if annotations_of(obj).get(IGNORE) == "true" or labels_of(obj).get(IGNORE) == "true":
+        return f"{IGNORE}=true is set"
+    return None
+
+
+def pod_controller_name(pod: Pod, kind: str) -> str | None:
+    for ref in pod.metadata.ownerReferences:
+        if ref.controller and ref.kind == kind:
+            return ref.name
+    return None

@@ -1,0 +1,79 @@
+"""The contract every job kind implements, so the core never knows which kind it is queueing.
+
+Like Kueue's jobframework GenericJob: a kind answers "is it held back", "is it done", "what does
+it need", "how do I let it run", and "which pods are its". Everything else (queueing, fit,
+reservations, events, restarts) is shared. Adapters read the raw object dict with explicit paths
+and raise DemandError with a message a user can act on when the object is malformed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubequeue.demand import PodSet
+from kubequeue.objects import Pod
+
+__all__ = ["JobAdapter", "KindInfo", "Obj", "PodOwnership"]
+
+Obj = Mapping[str, Any]
+# (job name in the pod's namespace, pod set name when the pod's labels tell it)
+PodOwnership = tuple[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    """Where a kind lives in the API and what users call it."""
+
+    name: str  # short name used in flags, metrics and Helm values: "job", "tfjob", ...
+    kind: str  # the API kind: "Job", "TFJob", ...
+    group: str  # "" for the core group
+    version: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace:
+            return f"{base}/namespaces/{namespace}/{self.plural}"
+        return f"{base}/{self.plural}"
+
+    def object_path(self, namespace: str, name: str) -> str:
+        return f"{self.collection_path(namespace)}/{name}"
+
+
+class JobAdapter(Protocol):
+    """One job kind. Implementations are small modules in kubequeue.kinds, one per kind."""
+
+    info: KindInfo
+
+    def is_suspended(self, obj: Obj) -> bool:
+        """Held back from running (waiting for kube-queue, or deliberately)."""
+        ...
+
+    def is_finished(self, obj: Obj) -> bool:
+        """Done for good: its capacity will not be needed again."""
+        ...
+
+    def pod_sets(self, obj: Obj) -> list[PodSet]:
+        """Pods the job runs at once, right now (status-aware once running). DemandError if bad."""
+        ...
+
+    def priority_class_name(self, obj: Obj) -> str | None: ...
+
+    def admission_patch(self, obj: Obj) -> dict[str, Any]:
+        """The merge patch that lets the job run (kube-queue adds its annotation and the
+        resourceVersion precondition)."""
+        ...
+
+    def pod_owner(self, pod: Pod) -> PodOwnership | None:
+        """Which job of this kind (in the pod's namespace) a pod belongs to, if any."""
+        ...
+
+    def skip_reason(self, obj: Obj) -> str | None:
+        """Why kube-queue must leave this object alone (owned by a parent, opted out), or None."""
+        ...

@@ -1,0 +1,301 @@
+"""List-then-watch on raw streams, decoded by us, resumed from the last resourceVersion.
+
+The contract (as in client-go's reflector and kopf's watcher):
+- an initial paginated list delivers every object, then ``synced`` fires (the caller's
+  ``task_status.started()``): nothing may decide before every informer has listed once;
+- the watch resumes from the newest resourceVersion seen, bookmarks included, so a reconnect
+  replays nothing and misses nothing;
+- "410 Gone" (from the watch or an expired continue token) means our resourceVersion fell out of
+  the server's window: list again, and report objects that vanished meanwhile as deleted;
+- any other failure (network, 5xx, 403 while RBAC is being fixed, a missing CRD) backs off with
+  jitter and retries; it never ends the task, so one broken kind cannot take the others down.
+Every watch has a server-side timeout and a client-side read timeout: a half-open connection is
+noticed within ``read_timeout`` seconds rather than never.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import aiohttp
+import anyio
+import msgspec
+import structlog
+from anyio.abc import TaskStatus
+
+from kubequeue.kube.client import ApiError, KubeClient
+from kubequeue.objects import ObjectList, WatchEvent
+from kubequeue.observability import metrics
+
+__all__ = ["Codec", "Handler", "Informer", "dict_codec", "struct_codec"]
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Handler(Protocol[T_contra]):
+    def upsert(self, obj: T_contra) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def synced(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Codec(Generic[T]):
+    """How to decode one resource's objects and tell their identity and version."""
+
+    list_decoder: msgspec.json.Decoder[ObjectList[T]]
+    item_decoder: msgspec.json.Decoder[T]
+    key: Callable[[T], str]
+    resource_version: Callable[[T], str]
+
+
+class _HasMeta(Protocol):
+    @property
+    def metadata(self) -> Any: ...
+
+
+S = TypeVar("S", bound=_HasMeta)
+
+
+def struct_codec(cls: type[S], key: Callable[[S], str]) -> Codec[S]:
+    return Codec(
+        list_decoder=msgspec.json.Decoder(ObjectList[cls]),  # type: ignore[valid-type]
+        item_decoder=msgspec.json.Decoder(cls),
+        key=key,
+        resource_version=lambda o: str(o.metadata.resourceVersion),
+    )
+
+
+def _dict_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def dict_codec() -> Codec[dict[str, Any]]:
+    """Objects as plain dicts, for job kinds whose adapters read arbitrary paths."""
+    return Codec(
+        list_decoder=msgspec.json.Decoder(ObjectList[dict[str, Any]]),
+        item_decoder=msgspec.json.Decoder(dict[str, Any]),
+        key=_dict_key,
+        resource_version=lambda o: str((o.get("metadata") or {}).get("resourceVersion", "")),
+    )
+
+
+class _Gone(Exception):
+    """Our resourceVersion is too old for the server: relist."""
+
+
+class _Bookmark(msgspec.Struct):
+    class _Meta(msgspec.Struct):
+        resourceVersion: str = ""
+
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+class _WatchStatus(msgspec.Struct):
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+_event_decoder = msgspec.json.Decoder(WatchEvent)
+_bookmark_decoder = msgspec.json.Decoder(_Bookmark)
+_status_decoder = msgspec.json.Decoder(_WatchStatus)
+
+
+class Informer(Generic[T]):
+    def __init__(
+        self,
+        client: KubeClient,
+        name: str,
+        path: str,
+        codec: Codec[T],
+        handler: Handler[T],
+        *,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        read_timeout: float = 90.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.path = path
+        self.codec = codec
+        self.handler = handler
+        self.field_selector = field_selector
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.read_timeout = read_timeout
+        self.max_backoff = max_backoff
+        self.resource_version = ""
+        self._known: set[str] = set()
+        self._failures = 0
+        self._events = {
+            t: metrics.WATCH_EVENTS.labels(name, t) for t in ("ADDED", "MODIFIED", "DELETED")
+        }
+        self._cached = metrics.CACHED_OBJECTS.labels(name)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                    if not started:
+                        started = True
+                        task_status.started()
+                await self._watch()
+                self._failures = 0
+            except _Gone:
+                metrics.WATCH_RESTARTS.labels(self.name, "gone").inc()
+                log.info("informer.relist", resource=self.name, why="resourceVersion expired (410)")
+                need_list = True
+            except (ApiError, aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as exc:
+                metrics.WATCH_RESTARTS.labels(self.name, "error").inc()
+                await self._backoff(exc)
+
+    async def _backoff(self, exc: BaseException) -> None:
+        self._failures += 1
+        delay = min(self.max_backoff, 0.5 * 2 ** min(self._failures, 8))
+        delay *= random.uniform(0.5, 1.0)  # jitter: replicas must not reconnect in lockstep
+        hint = ""
+        if isinstance(exc, ApiError) and exc.status == 403:
+            hint = "the controller's RBAC does not allow list/watch on this resource"
+        elif isinstance(exc, ApiError) and exc.not_found:
+            hint = "the resource does not exist on this cluster (is its CRD installed?)"
+        log_fn = log.warning if self._failures <= 3 or self._failures % 20 == 0 else log.debug
+        log_fn(
+            "informer.retry",
+            resource=self.name,
+            error=str(exc) or type(exc).__name__,
+            hint=hint or None,
+            retry_in=round(delay, 2),
+            failures=self._failures,
+        )
+        await anyio.sleep(delay)
+
+    # ----------------------------------------------------------------- list
+    async def _list(self) -> None:
+        metrics.RELISTS.labels(self.name).inc()
+        seen: set[str] = set()
+        token = ""
+        while True:
+            query = [("limit", str(self.page_size))]
+            if token:
+                query.append(("continue", token))
+            if self.field_selector:
+                query.append(("fieldSelector", self.field_selector))
+            try:
+                data = await self.client.request("GET", self.path, query=query)
+            except ApiError as exc:
+                if exc.gone:  # the continue token expired mid-list: start over
+                    seen.clear()
+                    token = ""
+                    continue
+                raise
+            try:
+                page = self.codec.list_decoder.decode(data)
+            except msgspec.ValidationError:
+                page = self._decode_page_leniently(data)
+            for obj in page.items:
+                key = self.codec.key(obj)
+                seen.add(key)
+                self._deliver(self.handler.upsert, obj, key)
+            token = page.metadata.continue_
+            if not token:
+                self.resource_version = page.metadata.resourceVersion
+                break
+        for key in self._known - seen:
+            self._deliver(self.handler.delete, key, key)
+        self._known = seen
+        self.handler.synced()
+        self._cached.set(len(seen))
+        log.info("informer.listed", resource=self.name, objects=len(seen))
+
+    def _decode_page_leniently(self, data: bytes) -> ObjectList[T]:
+        """One object we cannot read must not hide the rest of the page."""
+        raw_page = msgspec.json.decode(data, type=ObjectList[msgspec.Raw])
+        items: list[T] = []
+        for raw in raw_page.items:
+            try:
+                items.append(self.codec.item_decoder.decode(raw))
+            except msgspec.ValidationError as exc:
+                log.warning("informer.undecodable", resource=self.name, error=str(exc))
+        return ObjectList(metadata=raw_page.metadata, items=items)
+
+    # ----------------------------------------------------------------- watch
+    async def _watch(self) -> None:
+        server_timeout = int(self.watch_timeout * random.uniform(1.0, 1.5))
+        query = [
+            ("watch", "1"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", self.resource_version),
+            ("timeoutSeconds", str(server_timeout)),
+        ]
+        if self.field_selector:
+            query.append(("fieldSelector", self.field_selector))
+        timeout = aiohttp.ClientTimeout(
+            total=server_timeout + 30, sock_connect=10, sock_read=self.read_timeout
+        )
+        async with self.client.stream(self.path, query, timeout) as resp:
+            buffer = b""
+            # iter_any instead of readline: a single huge object must not hit aiohttp's line cap.
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line:
+                        self._dispatch(line)
+                self._failures = 0
+            if buffer.strip():
+                self._dispatch(buffer)
+
+    def _dispatch(self, line: bytes) -> None:
+        event = _event_decoder.decode(line)
+        kind = event.type
+        raw = event.object
+        if kind == "BOOKMARK":
+            self.resource_version = _bookmark_decoder.decode(raw).metadata.resourceVersion
+            return
+        if kind == "ERROR":
+            status = _status_decoder.decode(raw)
+            if status.code == 410:
+                raise _Gone()
+            raise ApiError(status.code, status.reason, status.message, self.path)
+        try:
+            obj = self.codec.item_decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            log.warning("informer.undecodable", resource=self.name, error=str(exc))
+            return
+        self.resource_version = self.codec.resource_version(obj)
+        key = self.codec.key(obj)
+        counter = self._events.get(kind)
+        if counter is not None:
+            counter.inc()
+        if kind == "DELETED":
+            self._known.discard(key)
+            self._deliver(self.handler.delete, key, key)
+        else:
+            self._known.add(key)
+            self._deliver(self.handler.upsert, obj, key)
+        self._cached.set(len(self._known))
+
+    def _deliver(self, fn: Callable[[Any], None], arg: Any, key: str) -> None:
+        """Hand one object to the handler; a bug on one object must not stop the watch."""
+        try:
+            fn(arg)
+        except Exception:
+            metrics.HANDLER_ERRORS.labels(self.name).inc()
+            log.exception("informer.handler_failed", resource=self.name, key=key)

@@ -1,0 +1,49 @@
+"""The admission write: one merge patch, guarded by the resourceVersion the decision was made on.
+
+The precondition is what makes "never admit twice" hold across restarts and replicas: if the job
+changed after we read it (another replica admitted it, a user edited it), the server answers 409
+and we re-decide from the newer object instead of acting on a stale one.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from kubequeue.kinds.common import ADMITTED_AT
+from kubequeue.kinds.protocol import KindInfo
+from kubequeue.kube.client import KubeClient
+
+__all__ = ["admission_body", "admit"]
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def admission_body(patch: Mapping[str, Any], resource_version: str, now: str) -> dict[str, Any]:
+    body = _deep_merge({}, patch)
+    return _deep_merge(
+        body,
+        {"metadata": {"resourceVersion": resource_version, "annotations": {ADMITTED_AT: now}}},
+    )
+
+
+async def admit(
+    client: KubeClient,
+    info: KindInfo,
+    namespace: str,
+    name: str,
+    resource_version: str,
+    patch: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Apply the kind's admission patch; returns the updated object, raises ApiError (409 etc.)."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = admission_body(patch, resource_version, now)
+    return await client.merge_patch(info.object_path(namespace, name), body)

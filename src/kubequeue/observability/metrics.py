@@ -1,0 +1,101 @@
+"""Prometheus metrics, one registry, names prefixed ``kube_queue_``.
+
+Chosen to answer operators' questions directly: how deep is the queue (per kind), how fast are
+jobs admitted and how long did they wait, how long does a decision cycle take, and are the watches
+healthy (restarts, relists) and how big are the caches.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = [
+    "ADMISSIONS",
+    "ADMISSION_ERRORS",
+    "ADMISSION_WAIT",
+    "CACHED_OBJECTS",
+    "CYCLE_SECONDS",
+    "EVENTS_DROPPED",
+    "HANDLER_ERRORS",
+    "IS_LEADER",
+    "PENDING",
+    "REGISTRY",
+    "RELISTS",
+    "RESERVED_JOBS",
+    "WATCH_EVENTS",
+    "WATCH_RESTARTS",
+]
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+PENDING = Gauge(
+    "kube_queue_pending_jobs",
+    "Jobs waiting for admission, by kind and state (active: can be admitted when capacity frees; "
+    "inadmissible: invalid input or can never fit as the cluster is).",
+    ["kind", "state"],
+    registry=REGISTRY,
+)
+ADMISSIONS = Counter(
+    "kube_queue_admitted_jobs_total", "Jobs admitted (set running).", ["kind"], registry=REGISTRY
+)
+ADMISSION_ERRORS = Counter(
+    "kube_queue_admission_errors_total",
+    "Admission patches that failed, by reason (Conflict is normal: the job changed meanwhile).",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
+ADMISSION_WAIT = Histogram(
+    "kube_queue_admission_wait_seconds",
+    "Time from job creation to admission.",
+    ["kind"],
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+    registry=REGISTRY,
+)
+CYCLE_SECONDS = Histogram(
+    "kube_queue_admission_cycle_seconds",
+    "Duration of one admission cycle (walk the queue, fit, reserve).",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    registry=REGISTRY,
+)
+RESERVED_JOBS = Gauge(
+    "kube_queue_reserved_jobs",
+    "Admitted jobs still holding capacity for pods that are not bound yet.",
+    registry=REGISTRY,
+)
+WATCH_EVENTS = Counter(
+    "kube_queue_watch_events_total",
+    "Watch events received.",
+    ["resource", "type"],
+    registry=REGISTRY,
+)
+WATCH_RESTARTS = Counter(
+    "kube_queue_watch_restarts_total",
+    "Watch streams restarted, by reason (gone: resourceVersion expired; error: anything else).",
+    ["resource", "reason"],
+    registry=REGISTRY,
+)
+RELISTS = Counter(
+    "kube_queue_relists_total",
+    "Full lists (initial and after 410 Gone).",
+    ["resource"],
+    registry=REGISTRY,
+)
+CACHED_OBJECTS = Gauge(
+    "kube_queue_cached_objects", "Objects held by each informer.", ["resource"], registry=REGISTRY
+)
+HANDLER_ERRORS = Counter(
+    "kube_queue_handler_errors_total",
+    "Objects whose handling raised (a bug; the object was skipped, the watch went on).",
+    ["resource"],
+    registry=REGISTRY,
+)
+EVENTS_DROPPED = Counter(
+    "kube_queue_events_dropped_total",
+    "Kubernetes Events not written because the event buffer was full or the write failed.",
+    registry=REGISTRY,
+)
+IS_LEADER = Gauge(
+    "kube_queue_leader",
+    "1 while this replica holds the leader Lease and admits.",
+    registry=REGISTRY,
+)

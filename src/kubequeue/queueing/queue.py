@@ -1,0 +1,107 @@
+"""The one queue every job kind feeds: ordered by priority, then age, then name.
+
+Order key: (-priority, creationTimestamp, namespace, name, kind). Creation time (not the moment
+kube-queue saw the job) keeps the order stable across controller restarts; the name tie-break
+makes it total, so two replicas would walk the queue identically.
+
+Upsert and remove are O(log n) (a sorted list plus a dict from job to its key); walking the queue
+in order is a snapshot so the admission cycle may remove jobs while it walks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
+
+from kubequeue.capacity.cache import JobKey
+from kubequeue.demand import PodSet
+
+__all__ = ["JobQueue", "QueuedJob", "order_key"]
+
+OrderKey = tuple[int, str, str, str, str]
+
+
+@dataclass(slots=True)
+class QueuedJob:
+    """A job waiting for admission, with what the last evaluation found."""
+
+    key: JobKey
+    uid: str
+    resource_version: str
+    priority: int
+    created: str  # RFC 3339, which sorts correctly as text
+    pod_sets: Sequence[PodSet] = ()
+    # Why the job cannot be considered at all (bad input); None when it can be.
+    problem: str | None = None
+    problem_reason: str = ""
+    # The (freed_generation, nodes_generation) at which it last failed to fit: until capacity is
+    # freed or nodes change, evaluating it again cannot give a different answer.
+    failed_at: tuple[int, int] | None = None
+    wait_reason: str = ""
+    never_fits: str = ""  # non-empty when even the empty cluster cannot hold it
+    never_fits_generation: int = -1
+    explained_at: float | None = None  # clock time of the last "Queued" explanation
+    first_seen: float = 0.0
+    reported: dict[str, str] = field(default_factory=dict)  # event reason -> last message sent
+
+    @property
+    def kind(self) -> str:
+        return self.key[0]
+
+
+def order_key(job: QueuedJob) -> OrderKey:
+    kind, namespace, name = job.key
+    return (-job.priority, job.created, namespace, name, kind)
+
+
+class JobQueue:
+    def __init__(self) -> None:
+        self._order: SortedList = SortedList()
+        self._jobs: dict[JobKey, tuple[OrderKey, QueuedJob]] = {}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._jobs
+
+    def get(self, key: JobKey) -> QueuedJob | None:
+        found = self._jobs.get(key)
+        return found[1] if found else None
+
+    def upsert(self, job: QueuedJob) -> None:
+        key = order_key(job)
+        old = self._jobs.get(job.key)
+        if old is not None:
+            if old[0] == key:
+                self._jobs[job.key] = (key, job)
+                return
+            self._order.remove(old[0])
+        self._order.add(key)
+        self._jobs[job.key] = (key, job)
+
+    def remove(self, key: JobKey) -> QueuedJob | None:
+        old = self._jobs.pop(key, None)
+        if old is None:
+            return None
+        self._order.remove(old[0])
+        return old[1]
+
+    def ordered(self) -> list[QueuedJob]:
+        """Every queued job in admission order (a snapshot)."""
+        jobs = self._jobs
+        return [jobs[(k[4], k[2], k[3])][1] for k in self._order]
+
+    def __iter__(self) -> Iterator[QueuedJob]:
+        return iter(self.ordered())
+
+    def position(self, key: JobKey) -> int | None:
+        """0-based place in line, for users asking "how far back am I"."""
+        found = self._jobs.get(key)
+        return None if found is None else self._order.index(found[0])
+
+    def depth_by_kind(self) -> Counter[str]:
+        return Counter(k[0] for k in self._jobs)

@@ -1,0 +1,61 @@
+"""Everything an operator can set, in one place, each field saying why it exists."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from kubequeue.kinds.registry import DEFAULT_KINDS
+
+__all__ = ["Settings"]
+
+
+def _default_namespace() -> str:
+    """The Lease lives beside the controller: its own namespace in a pod, else "default"."""
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _default_identity() -> str:
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    kubeconfig: str | None = None
+    """Path to a kubeconfig; None means $KUBECONFIG, ~/.kube/config, then in-cluster."""
+    context: str | None = None
+    """kubeconfig context to use (default: the current one)."""
+    kinds: tuple[str, ...] = DEFAULT_KINDS
+    """Job kinds to queue. Only native Jobs by default; others must be enabled explicitly."""
+    metrics_port: int = 8080
+    """Port for /metrics, /healthz, /readyz and /debug/queue (0 disables the server)."""
+    metrics_host: str = "0.0.0.0"
+    """Address the metrics server binds; 0.0.0.0 so Prometheus can scrape the pod."""
+    log_format: str = "auto"
+    """json | console | auto (console on a terminal, JSON otherwise)."""
+    log_level: str = "info"
+    leader_elect: bool = True
+    """Take a Lease before admitting, so replicas never admit concurrently."""
+    lease_name: str = "kube-queue"
+    lease_namespace: str = field(default_factory=_default_namespace)
+    identity: str = field(default_factory=_default_identity)
+    """This replica's name in the Lease: pod name plus a random suffix (unique per process)."""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    strict_fifo: bool = False
+    """StrictFIFO: a job that does not fit blocks every job behind it (no backfill). The default,
+    BestEffortFIFO, lets smaller jobs behind it run; invalid and never-fitting jobs never block."""
+    max_inflight: int = 16
+    """Admission patches in flight at once."""
+    watch_timeout: int = 300
+    """Server-side watch timeout in seconds (randomised up to +50% per watch)."""
