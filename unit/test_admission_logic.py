@@ -1,0 +1,162 @@
+"""The tracker + reservations + cycle together, driven with objects as the informers deliver
+them. Pure logic: the same behaviours are proven against a real API server in e2e/."""
+
+from __future__ import annotations
+
+from kubequeue.admission.cycle import AdmissionCycle
+from kubequeue.admission.tracker import JobTracker
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.reservations import Reservations
+from kubequeue.kinds.common import ADMITTED_AT
+from kubequeue.kinds.job import JobKind
+from kubequeue.queueing.queue import JobQueue
+from kubequeue.resources import GPU
+from unit import builders as b
+
+JOB = JobKind()
+
+
+def make(*nodes, strict: bool = False):
+    cache = CapacityCache()
+    for n in nodes:
+        cache.upsert_node(n)
+    tracker = JobTracker(cache, JobQueue(), Reservations(cache))
+    tracker.register(JOB)
+    tracker.set_priority_classes({"high": 1000}, 0)
+    return tracker, AdmissionCycle(tracker, strict_fifo=strict)
+
+
+def admitted_names(result) -> list[str]:
+    return [a.job.key[2] for a in result.admitted]
+
+
+def gpu_job(name: str, gpus: int = 2, pods: int = 1, **kw):
+    return b.job(name, {"cpu": "1", GPU: str(gpus)}, parallelism=pods, **kw)
+
+
+def as_admitted(obj: dict) -> dict:
+    obj = {**obj, "spec": {**obj["spec"], "suspend": False},
+           "metadata": {**obj["metadata"], "annotations": {ADMITTED_AT: "now"}}}
+    return obj
+
+
+def test_three_two_gpu_jobs_on_four_gpus_admit_exactly_two() -> None:
+    tracker, cycle = make(b.node("n", gpu=4))
+    for i in range(3):
+        tracker.observe(JOB, gpu_job(f"j{i}", created=f"2026-01-01T00:00:0{i}Z"))
+    result = cycle.run()
+    assert admitted_names(result) == ["j0", "j1"]
+    assert [n.reason for n in result.notices] == ["Queued"]
+    assert "needs 2 nvidia.com/gpu on one node" in result.notices[0].message
+    # Nothing changed: the next cycle admits nothing and re-evaluates nothing.
+    again = cycle.run()
+    assert again.admitted == [] and again.evaluated == 0
+
+
+def test_reservation_blocks_double_admission_until_pods_arrive_then_hands_over() -> None:
+    tracker, cycle = make(b.node("n", gpu=4))
+    tracker.observe(JOB, gpu_job("a", gpus=4))
+    tracker.observe(JOB, gpu_job("b", gpus=4, created="2026-01-01T00:00:01Z"))
+    first = cycle.run()
+    assert admitted_names(first) == ["a"]
+    tracker.admission_succeeded(("Job", "default", "a"), JOB, as_admitted(gpu_job("a", gpus=4)))
+    assert tracker.reservations.held_pods(("Job", "default", "a")) == 1
+    # The pod binds: the reservation hands over to the real pod; still no room for b.
+    pod = b.pod("a-xyz", "n", {"cpu": "1", GPU: "4"}, owner_job="a")
+    tracker.pod_changed(tracker.cache.upsert_pod(pod, (("Job", "default", "a"), None)))
+    assert tracker.reservations.held_pods(("Job", "default", "a")) == 0
+    assert cycle.run().admitted == []
+    # a completes: its pod ends, the Job finishes; b is admitted.
+    tracker.pod_changed(tracker.cache.delete_pod(pod.metadata.uid))
+    done = as_admitted(gpu_job("a", gpus=4, conditions=[{"type": "Complete", "status": "True"}]))
+    tracker.observe(JOB, done)
+    assert admitted_names(cycle.run()) == ["b"]
+
+
+def test_restart_rebuilds_holds_for_admitted_jobs_without_pods() -> None:
+    """A fresh tracker that sees an admitted job (annotation) before its pods holds capacity."""
+    tracker, cycle = make(b.node("n", gpu=4))
+    tracker.observe(JOB, as_admitted(gpu_job("running", gpus=4)))
+    tracker.observe(JOB, gpu_job("waiting", gpus=2))
+    assert cycle.run().admitted == []
+    assert tracker.reservations.held_pods(("Job", "default", "running")) == 1
+
+
+def test_priority_jumps_the_line_and_unknown_class_is_a_problem() -> None:
+    tracker, cycle = make(b.node("n", gpu=2))
+    tracker.observe(JOB, gpu_job("early", created="2026-01-01T00:00:00Z"))
+    tracker.observe(JOB, gpu_job("vip", created="2026-01-01T00:00:09Z", priority_class="high"))
+    tracker.observe(JOB, gpu_job("typo", priority_class="hihg"))
+    result = cycle.run()
+    assert admitted_names(result) == ["vip"]
+    problems = [n for n in result.notices if n.type == "Warning"]
+    assert [n.reason for n in problems] == ["UnknownPriorityClass"]
+    assert "'hihg' does not exist" in problems[0].message
+    # The class appears: the job becomes admissible (it is re-judged, not lost).
+    tracker.set_priority_classes({"high": 1000, "hihg": 5}, 0)
+    assert tracker.queue.get(("Job", "default", "typo")).problem is None
+
+
+def test_bad_quantity_is_a_warning_and_never_admitted() -> None:
+    tracker, cycle = make(b.node("n", gpu=8))
+    tracker.observe(JOB, b.job("bad", {"cpu": "one"}))
+    result = cycle.run()
+    assert result.admitted == []
+    assert [(n.type, n.reason) for n in result.notices] == [("Warning", "InvalidJob")]
+    assert "'one' is not a valid quantity" in result.notices[0].message
+    assert cycle.run().notices == []  # reported once, not on every cycle
+
+
+def test_never_fitting_job_warns_and_does_not_block_others_even_in_strict_fifo() -> None:
+    tracker, cycle = make(b.node("n", gpu=4), strict=True)
+    tracker.observe(JOB, gpu_job("huge", gpus=16, created="2026-01-01T00:00:00Z"))
+    tracker.observe(JOB, gpu_job("small", gpus=1, created="2026-01-01T00:00:01Z"))
+    result = cycle.run()
+    assert admitted_names(result) == ["small"]
+    assert [n.reason for n in result.notices] == ["NeverFits"]
+
+
+def test_strict_fifo_blocks_behind_a_job_that_could_fit_later() -> None:
+    for strict, expected in ((True, []), (False, ["small"])):
+        tracker, cycle = make(b.node("n", gpu=4), strict=strict)
+        tracker.cache.upsert_pod(b.pod("busy", "n", {GPU: "2"}), None)
+        tracker.observe(JOB, gpu_job("big", gpus=4, created="2026-01-01T00:00:00Z"))
+        tracker.observe(JOB, gpu_job("small", gpus=1, created="2026-01-01T00:00:01Z"))
+        assert admitted_names(cycle.run()) == expected, f"strict={strict}"
+
+
+def test_failed_write_releases_the_hold_and_requeues() -> None:
+    tracker, cycle = make(b.node("n", gpu=4))
+    tracker.observe(JOB, gpu_job("a", gpus=4))
+    assert admitted_names(cycle.run()) == ["a"]
+    assert ("Job", "default", "a") not in tracker.queue
+    tracker.admission_failed(("Job", "default", "a"))
+    assert ("Job", "default", "a") in tracker.queue
+    assert tracker.reservations.held_pods(("Job", "default", "a")) == 0
+    assert admitted_names(cycle.run()) == ["a"]
+
+
+def test_job_deleted_while_its_admission_is_in_flight_is_not_requeued() -> None:
+    tracker, cycle = make(b.node("n", gpu=4))
+    tracker.observe(JOB, gpu_job("a", gpus=4))
+    cycle.run()
+    tracker.forget(("Job", "default", "a"))
+    tracker.admission_failed(("Job", "default", "a"))
+    assert len(tracker.queue) == 0
+    assert tracker.reservations.held_pods(("Job", "default", "a")) == 0
+
+
+def test_jobs_that_are_not_ours_are_ignored() -> None:
+    tracker, cycle = make(b.node("n", gpu=4))
+    tracker.observe(JOB, gpu_job("running", suspend=False))
+    tracker.observe(JOB, gpu_job("opted-out", annotations={"kube-queue.io/ignore": "true"}))
+    tracker.observe(JOB, gpu_job("kueue", labels={"kueue.x-k8s.io/queue-name": "q"}))
+    assert len(tracker.queue) == 0
+    assert cycle.run().admitted == []
+
+
+def test_job_demand_follows_completions_and_progress() -> None:
+    obj = b.job("j", {"cpu": "1"}, parallelism=4, completions=6, succeeded=3, suspend=False)
+    assert JOB.pod_sets(obj)[0].count == 3
+    assert JOB.pod_sets(b.job("k", {"cpu": "1"}, parallelism=4, completions=2))[0].count == 2
+    assert JOB.pod_sets(b.job("w", {"cpu": "1"}, parallelism=5))[0].count == 5
