@@ -1,0 +1,294 @@
+"""LocalCluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK as local
+processes, from the binaries build.py made; no Docker, no kubelet, no downloads.
+
+Everything of one run lives in one work directory (certificates, kubeconfigs, etcd data, and
+``logs/<component>.log``), by default ``<repo>/.cluster/<run-id>/`` (git-ignored). Ports are
+reserved per run (ports.py), so several clusters can run on one machine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import ssl
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from e2e.cluster import components
+from e2e.cluster.build import Binaries, ensure_binaries
+from e2e.cluster.certs import generate_pki
+from e2e.cluster.kubeconfig import write_kubeconfig
+from e2e.cluster.nodes import FAKE_NODE_LABEL, FAKE_NODE_LABEL_VALUE, NodeSpec, node_list_json
+from e2e.cluster.ports import PortReservation
+from e2e.cluster.probes import client_tls, http_ok, self_signed_tls
+from e2e.cluster.processes import ComponentError, Process, wait_for
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUNS_DIR = REPO_ROOT / ".cluster"
+KEEP_RUNS = 5  # older run directories (logs) are pruned at start
+OWNER_FILE = "owner.pid"  # pid of the Python process that runs the cluster in this directory
+
+ETCD_TIMEOUT_S = 30.0
+APISERVER_TIMEOUT_S = 90.0
+COMPONENT_TIMEOUT_S = 60.0
+
+Log = Callable[[str], None]
+
+
+def start_kwok(binary: Path, kubeconfig: Path, work_dir: Path, port: int) -> Process:
+    """Start the KWOK controller against any cluster and wait until it serves /healthz."""
+    home = work_dir / "kwok-home"
+    home.mkdir(parents=True, exist_ok=True)
+    process = Process(
+        "kwok",
+        components.kwok(binary, kubeconfig, port),
+        work_dir / "logs",
+        env={**os.environ, "HOME": str(home)},
+    )
+    process.start()
+    wait_for(
+        "kwok /healthz",
+        lambda: http_ok(f"http://127.0.0.1:{port}/healthz"),
+        COMPONENT_TIMEOUT_S,
+        process,
+    )
+    return process
+
+
+class LocalCluster:
+    """A real control plane plus KWOK; use as a context manager or call start()/stop().
+
+    ``start()`` returns once the apiserver is ready, every controller reports healthy and the
+    ``default`` ServiceAccount exists (before that, pods in ``default`` are rejected).
+    """
+
+    def __init__(
+        self,
+        work_dir: Path | None = None,
+        binaries: Binaries | None = None,
+        keep_etcd_data: bool = False,
+        log: Log = print,
+    ) -> None:
+        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.work_dir = (work_dir or RUNS_DIR / run_id).resolve()
+        self.logs_dir = self.work_dir / "logs"
+        self.kubeconfig = self.work_dir / "admin.kubeconfig"
+        self._binaries = binaries
+        self._keep_etcd_data = keep_etcd_data
+        self._log = log
+        self._ports = PortReservation()
+        self._processes: list[Process] = []
+        self.server = ""
+        self.timings: dict[str, float] = {}
+
+    @property
+    def binaries(self) -> Binaries:
+        if self._binaries is None:
+            self._binaries = ensure_binaries(self._log)
+        return self._binaries
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        binaries = self.binaries
+        if self.work_dir.parent == RUNS_DIR:
+            _prune_runs(RUNS_DIR, KEEP_RUNS - 1)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        (self.work_dir / OWNER_FILE).write_text(f"{os.getpid()}\n")
+        # Registered before the first process starts: an exception or Ctrl-C anywhere later
+        # still stops whatever is running by then.
+        atexit.register(self.stop)
+        started = time.monotonic()
+        try:
+            self._start(binaries)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - started
+        self._log(
+            f"[cluster] up in {self.timings['total']:.1f}s ("
+            + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items() if k != "total")
+            + f"); logs in {self.logs_dir}"
+        )
+
+    def _start(self, binaries: Binaries) -> None:
+        take = self._ports.take
+        ports = components.Ports(
+            etcd_client=take(),
+            etcd_peer=take(),
+            apiserver=take(),
+            controller_manager=take(),
+            scheduler=take(),
+            kwok=take(),
+        )
+        pki = generate_pki(self.work_dir / "pki", components.SERVICE_IP)
+        self.server = f"https://127.0.0.1:{ports.apiserver}"
+        write_kubeconfig(
+            self.kubeconfig, self.server, pki.ca.cert, pki.admin, "kube-queue-e2e-admin"
+        )
+        kcm_kubeconfig = write_kubeconfig(
+            self.work_dir / "controller-manager.kubeconfig",
+            self.server,
+            pki.ca.cert,
+            pki.controller_manager,
+            "system:kube-controller-manager",
+        )
+        scheduler_kubeconfig = write_kubeconfig(
+            self.work_dir / "scheduler.kubeconfig",
+            self.server,
+            pki.ca.cert,
+            pki.scheduler,
+            "system:kube-scheduler",
+        )
+        scheduler_config = self.work_dir / "scheduler-config.yaml"
+        scheduler_config.write_text(components.scheduler_config(scheduler_kubeconfig))
+        api_tls = client_tls(pki.ca.cert, pki.admin.cert, pki.admin.key)
+        local_tls = self_signed_tls()
+
+        etcd = self._spawn("etcd", components.etcd(binaries, self._etcd_dir(), ports))
+        self._await(
+            "etcd", f"http://127.0.0.1:{ports.etcd_client}/health", None, etcd, ETCD_TIMEOUT_S
+        )
+
+        apiserver = self._spawn(
+            "kube-apiserver",
+            components.kube_apiserver(binaries, pki, ports, self.work_dir / "apiserver-certs"),
+        )
+        self._await(
+            "kube-apiserver", f"{self.server}/readyz", api_tls, apiserver, APISERVER_TIMEOUT_S
+        )
+
+        controller_manager = self._spawn(
+            "kube-controller-manager",
+            components.kube_controller_manager(
+                binaries, pki, ports, kcm_kubeconfig, self.work_dir / "controller-manager-certs"
+            ),
+        )
+        scheduler = self._spawn(
+            "kube-scheduler",
+            components.kube_scheduler(
+                binaries,
+                ports,
+                scheduler_config,
+                scheduler_kubeconfig,
+                self.work_dir / "scheduler-certs",
+            ),
+        )
+        kwok_started = time.monotonic()
+        self._processes.append(
+            start_kwok(binaries.kwok, self.kubeconfig, self.work_dir, ports.kwok)
+        )
+        self.timings["kwok"] = time.monotonic() - kwok_started
+        self._await(
+            "kube-controller-manager",
+            f"https://127.0.0.1:{ports.controller_manager}/healthz",
+            local_tls,
+            controller_manager,
+            COMPONENT_TIMEOUT_S,
+        )
+        self._await(
+            "kube-scheduler",
+            f"https://127.0.0.1:{ports.scheduler}/healthz",
+            local_tls,
+            scheduler,
+            COMPONENT_TIMEOUT_S,
+        )
+        # The service-account controllers in kube-controller-manager create it.
+        self._await(
+            "default ServiceAccount",
+            f"{self.server}/api/v1/namespaces/default/serviceaccounts/default",
+            api_tls,
+            controller_manager,
+            COMPONENT_TIMEOUT_S,
+        )
+
+    def _etcd_dir(self) -> Path:
+        return self.work_dir / "etcd-data"
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> Process:
+        process = Process(name, argv, self.logs_dir)
+        process.start()
+        self._processes.append(process)
+        return process
+
+    def _await(
+        self, what: str, url: str, tls: ssl.SSLContext | None, process: Process, timeout_s: float
+    ) -> None:
+        self.timings[what] = wait_for(
+            f"{what} ({url})", lambda: http_ok(url, tls), timeout_s, process
+        )
+
+    def ensure_running(self) -> None:
+        """Raise ComponentError (with its log tail) if any component has exited."""
+        for process in self._processes:
+            if process.exit_code() is not None:
+                raise ComponentError(
+                    f"{process.name} exited with code {process.exit_code()}", process
+                )
+
+    def stop(self) -> None:
+        """Stop all components, newest first (KWOK before the apiserver before etcd)."""
+        atexit.unregister(self.stop)
+        for process in reversed(self._processes):
+            process.stop()
+        self._processes.clear()
+        self._ports.release()
+        if not self._keep_etcd_data:
+            shutil.rmtree(self._etcd_dir(), ignore_errors=True)
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """Run the built kubectl against this cluster; return stdout, raise on failure."""
+        result = subprocess.run(
+            [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise subprocess.CalledProcessError(
+                result.returncode, ["kubectl", *args], result.stdout, result.stderr
+            )
+        return result.stdout
+
+    def create_nodes(self, specs: Iterable[NodeSpec]) -> list[str]:
+        """Create fake nodes (capacity in their status); return their names."""
+        manifests = [spec.manifest() for spec in specs]
+        if manifests:
+            self.kubectl("create", "-f", "-", stdin=node_list_json(manifests))
+        return [m["metadata"]["name"] for m in manifests]
+
+    def delete_fake_nodes(self) -> None:
+        self.kubectl("delete", "nodes", "-l", f"{FAKE_NODE_LABEL}={FAKE_NODE_LABEL_VALUE}")
+
+
+def _prune_runs(runs_dir: Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest run directories (each holds logs, maybe etcd data),
+    except those of clusters still running."""
+    if not runs_dir.is_dir():
+        return
+    runs = sorted((p for p in runs_dir.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for old in runs[: max(0, len(runs) - keep)]:
+        if not _owner_alive(old):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _owner_alive(run_dir: Path) -> bool:
+    try:
+        os.kill(int((run_dir / OWNER_FILE).read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
