@@ -40,7 +40,15 @@ _RESOURCE_NAME = re.compile(
 
 
 class DemandError(ValueError):
-    """A job whose resource demand cannot be computed; the message is shown to the user."""
+    """A job whose resource demand cannot be computed; the message is shown to the user.
+
+    ``reason`` becomes the Warning Event's reason (CamelCase), so users and alerts can tell
+    kinds of bad input apart.
+    """
+
+    def __init__(self, message: str, reason: str = "InvalidJob") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

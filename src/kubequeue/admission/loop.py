@@ -22,6 +22,7 @@ import structlog
 from kubequeue.admission.cycle import Admission, AdmissionCycle
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.tracker import JobTracker
+from kubequeue.capacity.cache import JobKey
 from kubequeue.kube import writer
 from kubequeue.kube.client import ApiError, KubeClient
 from kubequeue.kube.events import EventRecorder, InvolvedObject
@@ -51,6 +52,7 @@ class AdmissionLoop:
         self.tick = tick
         self._wakeup = anyio.Event()
         self._gauges_at = 0.0
+        self._following: set[JobKey] = set()
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -70,6 +72,10 @@ class AdmissionLoop:
                     self._publish(notice)
                 for admission in result.admitted:
                     tg.start_soon(self._admit, admission, limiter)
+                for key in list(self.tracker.follow_ups):
+                    if key not in self._following:
+                        self._following.add(key)
+                        tg.start_soon(self._follow_up, key, limiter)
                 self._update_gauges()
                 # Let informers run between cycles even under a constant stream of wake-ups.
                 await anyio.lowlevel.checkpoint()
@@ -131,6 +137,26 @@ class AdmissionLoop:
             if not done:  # cancelled (leadership lost, shutdown) or an unexpected error
                 self.tracker.admission_failed(job.key)
             self.wake()
+
+    async def _follow_up(self, key: JobKey, limiter: anyio.CapacityLimiter) -> None:
+        """One post-admission write (e.g. resume Argo's kube-queue-suspend step), guarded by the
+        resourceVersion it was judged on; a conflict just waits for the next observation."""
+        try:
+            entry = self.tracker.follow_ups.pop(key, None)
+            if entry is None:
+                return
+            rv, patch = entry
+            kind, namespace, name = key
+            info = self.tracker.adapters[kind].info
+            body = {**patch, "metadata": {"resourceVersion": rv}}
+            async with limiter:
+                await self.client.merge_patch(info.object_path(namespace, name), body)
+            log.info("job.followed_up", job=f"{namespace}/{name}", kind=kind, patch=patch)
+        except ApiError as exc:
+            if not (exc.conflict or exc.not_found):
+                log.warning("job.follow_up_failed", job="/".join(key), error=str(exc))
+        finally:
+            self._following.discard(key)
 
     def _publish(self, notice: Notice) -> None:
         kind, namespace, name = notice.key

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import structlog
 
@@ -23,7 +24,7 @@ from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import DemandError, PodSet
 from kubequeue.kinds.common import ADMITTED_AT, annotations_of, dig
-from kubequeue.kinds.protocol import JobAdapter, Obj
+from kubequeue.kinds.protocol import FollowsUp, JobAdapter, Obj
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 
 __all__ = ["JobTracker", "job_key"]
@@ -62,6 +63,8 @@ class JobTracker:
         self._priority_of: dict[JobKey, str | None] = {}
         # In-flight jobs that were deleted or finished meanwhile: never re-queued on failure.
         self._gone: set[JobKey] = set()
+        # Admitted jobs that need one more write (FollowsUp kinds): key -> (resourceVersion, patch).
+        self.follow_ups: dict[JobKey, tuple[str, dict[str, Any]]] = {}
 
     def register(self, adapter: JobAdapter) -> None:
         self.adapters[adapter.info.kind] = adapter
@@ -81,6 +84,7 @@ class JobTracker:
         self.queue.remove(key)
         self._priority_of.pop(key, None)
         if ADMITTED_AT in annotations_of(obj):
+            self._note_follow_up(adapter, key, obj)
             try:
                 pod_sets = adapter.pod_sets(obj)
             except DemandError as exc:
@@ -91,8 +95,18 @@ class JobTracker:
         elif key not in self.inflight:
             self.reservations.release(key)
 
+    def _note_follow_up(self, adapter: JobAdapter, key: JobKey, obj: Obj) -> None:
+        patch = adapter.follow_up_patch(obj) if isinstance(adapter, FollowsUp) else None
+        if patch is None:
+            self.follow_ups.pop(key, None)
+            return
+        rv = str(dig(obj, "metadata", "resourceVersion") or "")
+        self.follow_ups[key] = (rv, patch)
+        self._changed()
+
     def forget(self, key: JobKey) -> None:
         """The job is gone, finished or not ours: drop it from the queue and free its hold."""
+        self.follow_ups.pop(key, None)
         self.queue.remove(key)
         self._priority_of.pop(key, None)
         if key in self.inflight:
@@ -118,7 +132,7 @@ class JobTracker:
             job.pod_sets = adapter.pod_sets(obj)
         except DemandError as exc:
             job.problem = f"cannot compute resource demand: {exc}"
-            job.problem_reason = "InvalidJob"
+            job.problem_reason = exc.reason
         if previous is not None:
             job.reported = previous.reported
             if _same_demand(previous.pod_sets, job.pod_sets) and previous.problem == job.problem:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kubequeue.demand import PodSet
 from kubequeue.objects import Pod
 
-__all__ = ["JobAdapter", "KindInfo", "Obj", "PodOwnership"]
+__all__ = ["FollowsUp", "JobAdapter", "KindInfo", "Obj", "PodOwnership"]
 
 Obj = Mapping[str, Any]
 # (job name in the pod's namespace, pod set name when the pod's labels tell it)
@@ -77,3 +77,12 @@ class JobAdapter(Protocol):
     def skip_reason(self, obj: Obj) -> str | None:
         """Why kube-queue must leave this object alone (owned by a parent, opted out), or None."""
         ...
+
+
+@runtime_checkable
+class FollowsUp(Protocol):
+    """Optional: a kind that needs one more write after admission, once the operator reacts
+    (Argo: resume the kube-queue-suspend step). Judged on every observation of an admitted
+    object, so it is level-triggered and survives restarts."""
+
+    def follow_up_patch(self, obj: Obj) -> dict[str, Any] | None: ...

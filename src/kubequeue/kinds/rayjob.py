@@ -1,0 +1,103 @@
+"""ray.io/v1 RayJob: head + worker groups + the submitter pod, held by ``spec.suspend``.
+
+Worker groups count ``replicas`` x ``numOfHosts`` pods, or ``minReplicas`` x ``numOfHosts`` when
+the in-tree autoscaler is on (the job starts at its floor). In the default K8sJobMode KubeRay runs
+``ray job submit`` in a separate pod (``submitterPodTemplate``, else KubeRay's default of
+500m CPU / 200Mi); a RayJob that targets an existing cluster (``clusterSelector``) needs only that.
+Pods are tied to the RayJob by KubeRay's ``ray.io/originated-from-*`` labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubequeue.demand import DemandError, PodSet, pod_set_from_template
+from kubequeue.kinds.common import dig, labels_of, opted_out
+from kubequeue.kinds.protocol import KindInfo, Obj, PodOwnership
+from kubequeue.objects import Pod
+
+__all__ = ["RayJobKind"]
+
+_FINISHED = frozenset({"Complete", "Failed"})
+_FROM_CRD = "ray.io/originated-from-crd"
+_FROM_NAME = "ray.io/originated-from-cr-name"
+_NODE_TYPE = "ray.io/node-type"
+_GROUP = "ray.io/group"
+_KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+_DEFAULT_SUBMITTER = {
+    "spec": {
+        "containers": [
+            {
+                "name": "ray-job-submitter",
+                "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}},
+            }
+        ]
+    }
+}
+
+
+class RayJobKind:
+    info = KindInfo(name="rayjob", kind="RayJob", group="ray.io", version="v1", plural="rayjobs")
+
+    def is_suspended(self, obj: Obj) -> bool:
+        return dig(obj, "spec", "suspend") is True
+
+    def is_finished(self, obj: Obj) -> bool:
+        return dig(obj, "status", "jobDeploymentStatus") in _FINISHED
+
+    def pod_sets(self, obj: Obj) -> list[PodSet]:
+        spec = dig(obj, "spec")
+        if not isinstance(spec, dict):
+            raise DemandError("spec is missing")
+        out: list[PodSet] = []
+        mode = spec.get("submissionMode") or "K8sJobMode"
+        if mode == "K8sJobMode":
+            template = spec.get("submitterPodTemplate") or _DEFAULT_SUBMITTER
+            out.append(pod_set_from_template("submitter", 1, template, "spec.submitterPodTemplate"))
+        if spec.get("clusterSelector"):
+            return out
+        cluster = spec.get("rayClusterSpec")
+        if not isinstance(cluster, dict):
+            raise DemandError("spec.rayClusterSpec is missing (and no clusterSelector is set)")
+        head = dig(cluster, "headGroupSpec", "template")
+        out.append(pod_set_from_template("head", 1, head, "spec.rayClusterSpec.headGroupSpec"))
+        autoscaling = cluster.get("enableInTreeAutoscaling") is True
+        for i, group in enumerate(cluster.get("workerGroupSpecs") or []):
+            where = f"spec.rayClusterSpec.workerGroupSpecs[{i}]"
+            if not isinstance(group, dict):
+                raise DemandError(f"{where} is not an object")
+            if group.get("suspend") is True:
+                continue
+            replicas = group.get("minReplicas", 0) if autoscaling else group.get("replicas", 0)
+            hosts = group.get("numOfHosts", 1)
+            if not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (replicas, hosts)
+            ):
+                raise DemandError(f"{where}: replicas/numOfHosts must be non-negative integers")
+            name = str(group.get("groupName") or f"workers-{i}")
+            out.append(pod_set_from_template(name, replicas * hosts, group.get("template"), where))
+        return out
+
+    def priority_class_name(self, obj: Obj) -> str | None:
+        found = dig(
+            obj, "spec", "rayClusterSpec", "headGroupSpec", "template", "spec", "priorityClassName"
+        )
+        return found if isinstance(found, str) and found else None
+
+    def admission_patch(self, obj: Obj) -> dict[str, Any]:
+        return {"spec": {"suspend": False}}
+
+    def pod_owner(self, pod: Pod) -> PodOwnership | None:
+        labels = pod.metadata.labels
+        if labels.get(_FROM_CRD) != "RayJob" or not labels.get(_FROM_NAME):
+            return None
+        node_type = labels.get(_NODE_TYPE)
+        pod_set = (
+            "head" if node_type == "head" else labels.get(_GROUP) if node_type else "submitter"
+        )
+        return labels[_FROM_NAME], pod_set
+
+    def skip_reason(self, obj: Obj) -> str | None:
+        if _KUEUE_LABEL in labels_of(obj):
+            return f"label {_KUEUE_LABEL} is set: Kueue manages this job"
+        return opted_out(obj)
