@@ -1,0 +1,62 @@
+# kube-queue developer entry points. Everything runs from a local virtualenv (.venv) and, for the
+# cluster, binaries built once from pinned Go modules into ~/.cache/kube-queue/bin.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+IMAGE ?= kube-queue:dev
+
+.PHONY: help venv cluster-binaries run test unit e2e lint image bench clean
+
+help:
+	@echo "make run     - local cluster with fake GPU nodes + controller + example jobs (or the cluster in \$$KUBECONFIG)"
+	@echo "make test    - unit tests + e2e tests against a real local control plane"
+	@echo "make unit    - unit tests only (no cluster)"
+	@echo "make e2e     - e2e tests only (E2E_CLUSTER=kind to use your kind cluster)"
+	@echo "make lint    - ruff, mypy --strict, helm lint"
+	@echo "make bench   - admission-core benchmark (prints numbers)"
+	@echo "make image   - build the container image with podman or docker"
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,lint]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+cluster-binaries: $(STAMP)
+	$(PY) -m e2e.cluster build
+
+run: $(STAMP)
+ifdef KUBECONFIG
+	$(VENV)/bin/kube-queue run --kubeconfig "$(KUBECONFIG)" --log-format console
+else
+	$(PY) -m e2e.demo
+endif
+
+test: $(STAMP) cluster-binaries
+	$(PY) -m pytest unit e2e
+
+unit: $(STAMP)
+	$(PY) -m pytest unit
+
+e2e: $(STAMP) cluster-binaries
+	$(PY) -m pytest e2e
+
+lint: $(STAMP) cluster-binaries
+	$(VENV)/bin/ruff check src unit e2e bench
+	$(VENV)/bin/ruff format --check src
+	$(VENV)/bin/mypy
+	$$($(PY) -m e2e.cluster which helm) lint helm/kube-queue
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+image:
+	@if command -v podman >/dev/null; then podman build -f Containerfile -t $(IMAGE) .; \
+	else docker build -f Containerfile -t $(IMAGE) .; fi
+
+clean:
+	rm -rf $(VENV) .cluster .pytest_cache .mypy_cache .ruff_cache

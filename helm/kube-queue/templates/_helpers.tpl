@@ -1,0 +1,41 @@
+{{- define "kube-queue.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kube-queue.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "kube-queue.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kube-queue.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kube-queue.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The --kinds list: Job always, each enabled extension after it. */}}
+{{- define "kube-queue.kinds" -}}
+{{- $kinds := list "job" -}}
+{{- $ext := .Values.extension -}}
+{{- if $ext.tf.enable }}{{ $kinds = append $kinds "tfjob" }}{{ end -}}
+{{- if $ext.pytorch.enable }}{{ $kinds = append $kinds "pytorchjob" }}{{ end -}}
+{{- if $ext.mpi.enable }}{{ $kinds = append $kinds "mpijob" }}{{ end -}}
+{{- if $ext.spark.enable }}{{ $kinds = append $kinds "sparkapplication" }}{{ end -}}
+{{- if $ext.ray.enable }}{{ $kinds = append $kinds "rayjob" }}{{ end -}}
+{{- if $ext.argo.enable }}{{ $kinds = append $kinds "workflow" }}{{ end -}}
+{{- join "," $kinds -}}
+{{- end -}}
