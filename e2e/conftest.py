@@ -6,14 +6,15 @@ Which cluster (decided once per session):
   see e2e/cluster and docs/local-cluster.md), started for the session and stopped after it.
   Binaries are built on first use (minutes on a small machine) and cached.
 * ``E2E_KUBECONFIG=<file>`` (alias ``KUBECONFIG_E2E``): an existing cluster, current context of
-  that file, e.g. one started with ``python -m e2e.cluster up``.
+  that file, e.g. one started with ``python -m e2e.cluster up`` (which runs KWOK already).
 * ``E2E_CLUSTER=kind``: the current context of ``$KUBECONFIG`` / ``~/.kube/config``, which must be
   a ``kind-*`` context (a guard against running tests on a real cluster). Make one with
   ``kind create cluster`` (a single control-plane node is best: its NoSchedule taint keeps it
   out of the tests' capacity).
 
-For an existing cluster the session starts our KWOK controller (with e2e/cluster/stages) against
-it, unless ``E2E_EXTERNAL_KWOK=1`` says the cluster already runs one with equivalent stages.
+Fake nodes need a KWOK controller with e2e/cluster/stages. A LocalCluster and a cluster from
+``up`` run one; for kind the session starts ours against it (KWOK is just an API client). Override
+with ``E2E_START_KWOK=1|0``; two KWOK controllers on one cluster would fight over the same nodes.
 
 Tests must not run in parallel against one cluster (no pytest-xdist): ``fake_nodes`` relies on
 being the only test touching fake nodes.
@@ -38,11 +39,13 @@ from e2e.support import ClusterHandle, FakeNodes, Kubectl, KubectlError, new_tes
 CLUSTER_KEY = pytest.StashKey[ClusterHandle]()
 
 
-def _existing_cluster() -> tuple[Path, str | None] | None:
-    """(kubeconfig, context) of an existing cluster selected by the environment, or None."""
+def _existing_cluster() -> tuple[Path, str | None, bool] | None:
+    """(kubeconfig, context, start KWOK?) of an existing cluster named by the environment, or
+    None for a LocalCluster."""
+    start_kwok = os.environ.get("E2E_START_KWOK")
     explicit = os.environ.get("E2E_KUBECONFIG") or os.environ.get("KUBECONFIG_E2E")
     if explicit:
-        return Path(explicit), None
+        return Path(explicit), None, start_kwok == "1"
     if os.environ.get("E2E_CLUSTER", "local") != "kind":
         return None
     import yaml  # only needed for this path
@@ -56,7 +59,7 @@ def _existing_cluster() -> tuple[Path, str | None] | None:
             f"E2E_CLUSTER=kind but the current context of {kubeconfig} is {context!r}, "
             "not a kind-* context"
         )
-    return kubeconfig, context
+    return kubeconfig, context, start_kwok != "0"
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +82,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
             request.config.stash[CLUSTER_KEY] = handle
             yield handle
         return
-    kubeconfig, context = existing
+    kubeconfig, context, run_kwok = existing
     work_dir = RUNS_DIR / f"external-{os.getpid()}"
     handle = ClusterHandle(
         kubeconfig=kubeconfig,
@@ -92,7 +95,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
     kwok: Process | None = None
     ports = PortReservation()
     try:
-        if os.environ.get("E2E_EXTERNAL_KWOK") != "1":
+        if run_kwok:
             kwok = start_kwok(binaries.kwok, kubeconfig, work_dir, ports.take())
         yield handle
     finally:

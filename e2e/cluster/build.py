@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.cluster.processes import SET_DEATH_SIGNAL
+
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 STAMP_NAME = ".built.json"
 PROGRESS_INTERVAL_S = 15.0
@@ -184,8 +186,10 @@ def run_build(build: GoBuild, log: Log = print) -> float:
         if is_built(build):  # another process finished it while we waited for the lock
             return 0.0
         final = build.directory
+        # Leftovers of interrupted builds (we hold the lock, so none is in progress).
+        for stale in final.parent.glob(f".{final.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         scratch = final.with_name(f".{final.name}.partial-{os.getpid()}")
-        shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         names = ", ".join(build.binaries)
         log(f"[build] {build.component} {build.version} ({names}) -> {final}")
@@ -234,10 +238,11 @@ def _go_build(go: str, build: GoBuild, out: Path, log: Log) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=SET_DEATH_SIGNAL,  # an interrupted build must not keep compiling
     )
     assert proc.stdout is not None
     tail: list[str] = []
-    compiled = 0
+    counts = {"downloaded": 0, "compiled": 0}
     started = time.monotonic()
     done = threading.Event()
 
@@ -247,14 +252,15 @@ def _go_build(go: str, build: GoBuild, out: Path, log: Log) -> None:
             last = tail[-1] if tail else "-"
             log(
                 f"[build] {build.component}: {_fmt(time.monotonic() - started)} elapsed, "
-                f"{compiled} packages compiled (last: {last})"
+                f"{counts['downloaded']} modules downloaded, {counts['compiled']} packages "
+                f"compiled (last: {last})"
             )
 
     ticker = threading.Thread(target=heartbeat, daemon=True)
     ticker.start()
     try:
         for line in proc.stdout:
-            compiled += 1
+            counts["downloaded" if line.startswith("go: downloading") else "compiled"] += 1
             tail = [*tail[-39:], line.rstrip()]
         returncode = proc.wait()
     finally:

@@ -35,7 +35,7 @@ def _death_signal_setter() -> Callable[[], None] | None:
     return set_death_signal
 
 
-_SET_DEATH_SIGNAL = _death_signal_setter()
+SET_DEATH_SIGNAL = _death_signal_setter()
 
 
 class Process:
@@ -69,7 +69,7 @@ class Process:
                 env=self._env,
                 cwd=self._cwd,
                 process_group=0,
-                preexec_fn=_SET_DEATH_SIGNAL,  # only calls a prctl resolved before fork
+                preexec_fn=SET_DEATH_SIGNAL,  # only calls a prctl resolved before fork
             )
 
     @property
