@@ -184,3 +184,5 @@ def pytest_runtest_makereport(
     if report.failed and handle is not None:
         report.sections.append(("e2e cluster", f"component logs: {handle.logs_dir}"))
     return report
+
+from e2e.controller_fixtures import controller_identity, kube_queue  # noqa: E402,F401

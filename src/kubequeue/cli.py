@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
         f"{', '.join(sorted(KINDS))})",
     )
     run.add_argument(
+        "--namespaces",
+        type=lambda t: tuple(n.strip() for n in t.split(",") if n.strip()),
+        default=(),
+        help="comma-separated namespaces whose jobs are queued (default: all namespaces)",
+    )
+    run.add_argument(
         "--metrics-port",
         type=int,
         default=8080,
@@ -90,6 +96,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         kubeconfig=args.kubeconfig,
         context=args.context,
         kinds=args.kinds,
+        namespaces=args.namespaces,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         log_format=args.log_format,

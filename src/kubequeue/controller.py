@@ -104,16 +104,18 @@ class Controller:
             ),
         ]
         for adapter in self.adapters:
-            out.append(
-                Informer(
-                    c,
-                    adapter.info.plural,
-                    adapter.info.collection_path(),
-                    dict_codec(),
-                    JobHandler(self.tracker, adapter),
-                    watch_timeout=s.watch_timeout,
+            for namespace in s.namespaces or (None,):
+                name = adapter.info.plural + (f"@{namespace}" if namespace else "")
+                out.append(
+                    Informer(
+                        c,
+                        name,
+                        adapter.info.collection_path(namespace),
+                        dict_codec(),
+                        JobHandler(self.tracker, adapter),
+                        watch_timeout=s.watch_timeout,
+                    )
                 )
-            )
         return out
 
     async def run(self) -> None:

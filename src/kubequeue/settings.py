@@ -36,6 +36,9 @@ class Settings:
     """kubeconfig context to use (default: the current one)."""
     kinds: tuple[str, ...] = DEFAULT_KINDS
     """Job kinds to queue. Only native Jobs by default; others must be enabled explicitly."""
+    namespaces: tuple[str, ...] = ()
+    """Queue jobs only in these namespaces (empty: all). Capacity is always cluster-wide: pods
+    in every namespace use the nodes."""
     metrics_port: int = 8080
     """Port for /metrics, /healthz, /readyz and /debug/queue (0 disables the server)."""
     metrics_host: str = "0.0.0.0"
