@@ -1,4 +1,4 @@
-"""CLI: ``python -m e2e.cluster build`` | ``python -m e2e.cluster up [--nodes SPEC]``."""
+"""CLI: ``python -m e2e.cluster build`` | ``up [--nodes SPEC]`` | ``gomod-kubernetes VERSION``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from e2e.cluster.build import BuildError, ensure_binaries
+from e2e.cluster.gomod import regenerate_kubernetes
 from e2e.cluster.nodes import NodeSpec, parse_node_specs
 from e2e.cluster.processes import ComponentError
 from e2e.cluster.runner import LocalCluster
@@ -46,6 +47,12 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gomod_kubernetes(args: argparse.Namespace) -> int:
+    regenerate_kubernetes(args.version)
+    print(f"updated e2e/cluster/gomod/kubernetes for {args.version}; the next build uses it")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -64,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--work-dir", type=Path, help="default: .cluster/<run-id>/ in the repo")
     up.add_argument("--keep-data", action="store_true", help="keep etcd data after stopping")
     up.set_defaults(run=_up)
+    gomod = commands.add_parser(
+        "gomod-kubernetes", help="re-pin gomod/kubernetes to another Kubernetes release"
+    )
+    gomod.add_argument("version", help="e.g. v1.36.3")
+    gomod.set_defaults(run=_gomod_kubernetes)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

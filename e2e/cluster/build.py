@@ -57,6 +57,10 @@ class GoBuild:
     def directory(self) -> Path:
         return bin_root() / f"{self.component}-{self.version}"
 
+    def recipe(self) -> dict[str, object]:
+        """Everything that determines the output; stored in the stamp and compared on reuse."""
+        return {"version": self.version, "ldflags": self.ldflags(), "binaries": self.binaries}
+
     def ldflags(self) -> str:
         version = self.version
         flags = ["-s", "-w"]
@@ -103,6 +107,11 @@ BUILDS: tuple[GoBuild, ...] = (
         gomod="helm",
         module="helm.sh/helm/v4",
         binaries={"helm": "helm.sh/helm/v4/cmd/helm"},
+        # Without it `helm version` says v4.3, and charts' helm-version checks see that.
+        version_ldflags=(
+            "helm.sh/helm/v4/internal/version.version={version}",
+            "helm.sh/helm/v4/internal/version.gitTreeState=clean",
+        ),
     ),
 )
 
@@ -138,8 +147,14 @@ def pinned_version(go_mod: Path, module: str) -> str:
 
 
 def is_built(build: GoBuild) -> bool:
+    """True if the binaries exist and were built with the current recipe (a changed flag or
+    package list rebuilds)."""
     directory = build.directory
-    return (directory / STAMP_NAME).is_file() and all(
+    try:
+        stamp = json.loads((directory / STAMP_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp.get("recipe") == build.recipe() and all(
         (directory / name).is_file() for name in build.binaries
     )
 
@@ -197,7 +212,7 @@ def run_build(build: GoBuild, log: Log = print) -> float:
         _go_build(go, build, scratch, log)
         elapsed = time.monotonic() - started
         stamp = {
-            "version": build.version,
+            "recipe": build.recipe(),
             "go": subprocess.run(
                 [go, "env", "GOVERSION"], capture_output=True, text=True
             ).stdout.strip(),

@@ -1,6 +1,6 @@
 // Wrapper module: builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
 // from k8s.io/kubernetes, whose own go.mod replaces its staging modules with ./staging paths
-// (so 'go install' refuses it). Regenerate with e2e/cluster/gomod/gen-kubernetes-gomod.sh.
+// (so 'go install' refuses it). Regenerate with: python -m e2e.cluster gomod-kubernetes VERSION
 module kubequeue.local/cluster/kubernetes
 
 go 1.26.0
