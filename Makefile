@@ -49,7 +49,7 @@ lint: $(STAMP) cluster-binaries
 	$(VENV)/bin/ruff check src unit e2e bench
 	$(VENV)/bin/ruff format --check src
 	$(VENV)/bin/mypy
-	$$($(PY) -m e2e.cluster which helm) lint helm/kube-queue
+	$$($(PY) -c 'from e2e.cluster.build import ensure_binaries; print(ensure_binaries().helm)') lint helm/kube-queue
 
 bench: $(STAMP)
 	$(PY) -m bench
