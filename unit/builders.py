@@ -39,8 +39,12 @@ def node(
     return msgspec.convert(raw, Node)
 
 
-def container(requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
-              name: str = "main", restart_policy: str | None = None) -> dict[str, Any]:
+def container(
+    requests: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    name: str = "main",
+    restart_policy: str | None = None,
+) -> dict[str, Any]:
     c: dict[str, Any] = {"name": name, "resources": {}}
     if requests is not None:
         c["resources"]["requests"] = requests

@@ -35,8 +35,11 @@ def gpu_job(name: str, gpus: int = 2, pods: int = 1, **kw):
 
 
 def as_admitted(obj: dict) -> dict:
-    obj = {**obj, "spec": {**obj["spec"], "suspend": False},
-           "metadata": {**obj["metadata"], "annotations": {ADMITTED_AT: "now"}}}
+    obj = {
+        **obj,
+        "spec": {**obj["spec"], "suspend": False},
+        "metadata": {**obj["metadata"], "annotations": {ADMITTED_AT: "now"}},
+    }
     return obj
 
 
@@ -50,7 +53,8 @@ def test_three_two_gpu_jobs_on_four_gpus_admit_exactly_two() -> None:
     assert "needs 2 nvidia.com/gpu on one node" in result.notices[0].message
     # Nothing changed: the next cycle admits nothing and re-evaluates nothing.
     again = cycle.run()
-    assert again.admitted == [] and again.evaluated == 0
+    assert again.admitted == []
+    assert again.evaluated == 0
 
 
 def test_reservation_blocks_double_admission_until_pods_arrive_then_hands_over() -> None:
@@ -160,3 +164,31 @@ def test_job_demand_follows_completions_and_progress() -> None:
     assert JOB.pod_sets(obj)[0].count == 3
     assert JOB.pod_sets(b.job("k", {"cpu": "1"}, parallelism=4, completions=2))[0].count == 2
     assert JOB.pod_sets(b.job("w", {"cpu": "1"}, parallelism=5))[0].count == 5
+
+
+def test_hold_made_before_the_nodes_were_known_moves_onto_a_real_node() -> None:
+    """After a restart the admitted job may be listed before the Node list: its hold must not
+    stay on nothing (or on a stale node) while the real node looks free."""
+    tracker, cycle = make()
+    # A leftover pod on a node that no longer exists creates a placeholder node.
+    tracker.cache.upsert_pod(b.pod("old", "gone-node", {GPU: "1"}), None)
+    tracker.observe(JOB, as_admitted(gpu_job("running", gpus=4)))
+    tracker.observe(JOB, gpu_job("waiting", gpus=4, created="2026-01-01T00:00:01Z"))
+    tracker.cache.upsert_node(b.node("n", gpu=4))
+    assert cycle.run().admitted == []
+    held = tracker.reservations._held[("Job", "default", "running")].placed
+    assert held == {"main": {"n": 1}}
+
+
+def test_hold_moves_off_a_node_that_was_deleted() -> None:
+    tracker, cycle = make(b.node("a", gpu=4), b.node("b", gpu=4))
+    tracker.observe(JOB, gpu_job("first", gpus=4))
+    [admission] = cycle.run().admitted
+    tracker.admission_succeeded(admission.job.key, JOB, as_admitted(gpu_job("first", gpus=4)))
+    reserved_on = admission.assignments[0].node
+    tracker.cache.delete_node(reserved_on)
+    tracker.observe(JOB, gpu_job("second", gpus=4, created="2026-01-01T00:00:01Z"))
+    assert cycle.run().admitted == [], "the hold moved to the other node and blocks second"
+    assert tracker.reservations._held[("Job", "default", "first")].placed["main"] == {
+        ({"a", "b"} - {reserved_on}).pop(): 1
+    }

@@ -12,47 +12,72 @@ def spec(raw: dict) -> PodSpec:
 
 
 def test_sums_app_containers_and_counts_one_pod_slot() -> None:
-    s = spec({"containers": [
-        {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
-        {"name": "b", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "2"}}},
-    ]})
+    s = spec(
+        {
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "2"}}},
+            ]
+        }
+    )
     assert pod_request(s) == {"cpu": 1500, "memory": GI, "nvidia.com/gpu": 2000, "pods": 1000}
 
 
 def test_limits_stand_in_for_missing_requests() -> None:
-    s = spec({"containers": [
-        {"name": "a", "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": "1"},
-                                    "requests": {"cpu": "1"}}},
-    ]})
+    s = spec(
+        {
+            "containers": [
+                {
+                    "name": "a",
+                    "resources": {
+                        "limits": {"cpu": "2", "nvidia.com/gpu": "1"},
+                        "requests": {"cpu": "1"},
+                    },
+                },
+            ]
+        }
+    )
     assert pod_request(s) == {"cpu": 1000, "nvidia.com/gpu": 1000, "pods": 1000}
 
 
 def test_init_containers_take_the_max_not_the_sum() -> None:
-    s = spec({
-        "initContainers": [
-            {"name": "i1", "resources": {"requests": {"cpu": "4"}}},
-            {"name": "i2", "resources": {"requests": {"memory": "8Gi"}}},
-        ],
-        "containers": [{"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
-    })
+    s = spec(
+        {
+            "initContainers": [
+                {"name": "i1", "resources": {"requests": {"cpu": "4"}}},
+                {"name": "i2", "resources": {"requests": {"memory": "8Gi"}}},
+            ],
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+        }
+    )
     assert pod_request(s) == {"cpu": 4000, "memory": 8 * GI, "pods": 1000}
 
 
 def test_sidecars_add_to_the_app_and_to_later_init_steps() -> None:
-    s = spec({
-        "initContainers": [
-            {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
-            {"name": "setup", "resources": {"requests": {"cpu": "3"}}},
-        ],
-        "containers": [{"name": "a", "resources": {"requests": {"cpu": "2"}}}],
-    })
+    s = spec(
+        {
+            "initContainers": [
+                {
+                    "name": "side",
+                    "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "1"}},
+                },
+                {"name": "setup", "resources": {"requests": {"cpu": "3"}}},
+            ],
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "2"}}}],
+        }
+    )
     # app phase: 2 + sidecar 1 = 3; init phase: setup 3 + sidecar 1 = 4 -> max is 4
     assert pod_request(s)["cpu"] == 4000
 
 
 def test_overhead_is_added() -> None:
-    s = spec({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
-              "overhead": {"cpu": "250m"}})
+    s = spec(
+        {
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
+            "overhead": {"cpu": "250m"},
+        }
+    )
     assert pod_request(s)["cpu"] == 1250
 
 
@@ -77,8 +102,13 @@ def test_bad_input_is_a_demand_error_naming_the_problem(requests: dict, message:
 
 
 def test_request_above_limit_is_rejected() -> None:
-    template = {"spec": {"containers": [
-        {"name": "c", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}}
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+            ]
+        }
+    }
     with pytest.raises(DemandError, match="above its limit"):
         pod_set_from_template("main", 1, template, "spec.template")
 
@@ -96,8 +126,23 @@ def test_malformed_template_shape() -> None:
 
 
 def test_bad_affinity_operator_is_reported() -> None:
-    template = {"spec": {"containers": [], "affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]}}}}}
+    template = {
+        "spec": {
+            "containers": [],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "Near", "values": ["a"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    }
     with pytest.raises(DemandError, match="operator 'Near'"):
         pod_set_from_template("main", 1, template, "spec.template")

@@ -78,16 +78,20 @@ def test_not_ready_cordoned_and_tainted_nodes_take_nothing() -> None:
     assert "no schedulable node without taints" in explain([gpu_set(1, 1)], cache)
     tolerant = gpu_set(1, 1, tolerations=[{"key": "gpu", "operator": "Exists"}])
     placed = place([tolerant], cache)
-    assert placed is not None and placed[0].node == "tainted"
+    assert placed is not None
+    assert placed[0].node == "tainted"
 
 
 def test_node_selector_limits_candidates() -> None:
-    cache = cluster(b.node("a", gpu=8, labels={"zone": "a"}), b.node("b", gpu=8,
-                                                                      labels={"zone": "b"}))
+    cache = cluster(
+        b.node("a", gpu=8, labels={"zone": "a"}), b.node("b", gpu=8, labels={"zone": "b"})
+    )
     placed = place([gpu_set(1, 8, node_selector={"zone": "b"})], cache)
-    assert placed is not None and placed[0].node == "b"
+    assert placed is not None
+    assert placed[0].node == "b"
     assert "no schedulable node matches nodeSelector zone=c" in explain(
-        [gpu_set(1, 1, node_selector={"zone": "c"})], cache)
+        [gpu_set(1, 1, node_selector={"zone": "c"})], cache
+    )
 
 
 def test_unknown_resource_is_explained() -> None:
@@ -107,15 +111,17 @@ def test_pod_slots_count() -> None:
 def test_best_fit_prefers_the_tightest_gpu_node() -> None:
     cache = cluster(b.node("big", gpu=8), b.node("small", gpu=2))
     placed = place([gpu_set(1, 2)], cache)
-    assert placed is not None and placed[0].node == "small"
+    assert placed is not None
+    assert placed[0].node == "small"
 
 
 def test_never_fits_judges_against_allocatable() -> None:
     cache = cluster(b.node("a", gpu=4))
     cache.upsert_pod(b.pod("x", "a", {GPU: "4"}), None)
     assert explain([gpu_set(1, 2)], cache, empty_cluster=True) == ""
-    assert "the most any eligible node has is 4" in explain([gpu_set(1, 8)], cache,
-                                                            empty_cluster=True)
+    assert "the most any eligible node has is 4" in explain(
+        [gpu_set(1, 8)], cache, empty_cluster=True
+    )
 
 
 def test_many_nodes_go_through_the_index() -> None:
@@ -124,33 +130,43 @@ def test_many_nodes_go_through_the_index() -> None:
     for i in range(200):
         cache.upsert_pod(b.pod(f"p{i}", f"n{i}", {GPU: "8" if i != 137 else "4"}), None)
     placed = place([gpu_set(1, 4)], cache)
-    assert placed is not None and placed[0].node == "n137"
+    assert placed is not None
+    assert placed[0].node == "n137"
     assert place([gpu_set(2, 4)], cache) is None
 
 
 # --------------------------------------------------------------------------- properties
 node_st = st.builds(
     lambda i, cpu, gpu, pods: b.node(f"n{i}", cpu=str(cpu), memory="64Gi", gpu=gpu, pods=str(pods)),
-    st.integers(0, 10**6), st.integers(1, 64), st.integers(0, 8), st.integers(1, 20),
+    st.integers(0, 10**6),
+    st.integers(1, 64),
+    st.integers(0, 8),
+    st.integers(1, 20),
 )
 set_st = st.builds(
     lambda count, gpus, cpu: gpu_set(count, gpus, cpu=f"{cpu}m"),
-    st.integers(0, 12), st.integers(0, 8), st.integers(1, 16000),
+    st.integers(0, 12),
+    st.integers(0, 8),
+    st.integers(1, 16000),
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(nodes=st.lists(node_st, min_size=1, max_size=12, unique_by=lambda n: n.metadata.name),
-       used=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 8), st.integers(0, 8000)),
-                     max_size=10),
-       pod_sets=st.lists(set_st, min_size=1, max_size=3))
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=12, unique_by=lambda n: n.metadata.name),
+    used=st.lists(
+        st.tuples(st.integers(0, 11), st.integers(0, 8), st.integers(0, 8000)), max_size=10
+    ),
+    pod_sets=st.lists(set_st, min_size=1, max_size=3),
+)
 def test_a_placement_never_overcommits_any_node(nodes, used, pod_sets) -> None:
     cache = cluster(*nodes)
     for i, (idx, gpus, cpu) in enumerate(used):
         n = nodes[idx % len(nodes)]
         cache.upsert_pod(b.pod(f"u{i}", n.metadata.name, {GPU: str(gpus), "cpu": f"{cpu}m"}), None)
-    pod_sets = [PodSet(f"s{i}", ps.count, ps.request, ps.constraints)
-                for i, ps in enumerate(pod_sets)]
+    pod_sets = [
+        PodSet(f"s{i}", ps.count, ps.request, ps.constraints) for i, ps in enumerate(pod_sets)
+    ]
     placed = place(pod_sets, cache)
     if placed is None:
         assert explain(pod_sets, cache) != ""
@@ -171,8 +187,9 @@ def test_a_placement_never_overcommits_any_node(nodes, used, pod_sets) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(nodes=st.lists(node_st, min_size=1, max_size=8, unique_by=lambda n: n.metadata.name),
-       ps=set_st)
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=8, unique_by=lambda n: n.metadata.name), ps=set_st
+)
 def test_single_pod_set_fits_iff_capacity_sum_allows(nodes, ps) -> None:
     """For one pod set, first-fit is exact: it fits iff the per-node copy counts add up."""
     cache = cluster(*nodes)

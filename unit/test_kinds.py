@@ -28,30 +28,49 @@ def template(cpu: str = "1", memory: str = "1Gi", gpu: int = 0, **spec: Any) -> 
     requests = {"cpu": cpu, "memory": memory}
     if gpu:
         requests[GPU] = str(gpu)
-    return {"spec": {"containers": [{"name": "c", "image": "x",
-                                      "resources": {"requests": requests}}], **spec}}
+    return {
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}],
+            **spec,
+        }
+    }
 
 
 def meta(name: str = "j", annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"name": name, "namespace": "ns", "uid": "u", "resourceVersion": "1",
-            "creationTimestamp": "2026-01-01T00:00:00Z", "annotations": annotations or {}}
+    return {
+        "name": name,
+        "namespace": "ns",
+        "uid": "u",
+        "resourceVersion": "1",
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+        "annotations": annotations or {},
+    }
 
 
 def demand(adapter: Any, obj: dict[str, Any]) -> dict[str, tuple[int, dict[str, int]]]:
-    return {ps.name: (ps.count, {k: v for k, v in ps.request.items() if k != "pods"})
-            for ps in adapter.pod_sets(obj)}
+    return {
+        ps.name: (ps.count, {k: v for k, v in ps.request.items() if k != "pods"})
+        for ps in adapter.pod_sets(obj)
+    }
 
 
 SUSPEND = {"scheduling.x-k8s.io/suspend": "true"}
 
 
 def tfjob(**run_policy: Any) -> dict[str, Any]:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": meta(annotations=SUSPEND),
-            "spec": {"runPolicy": run_policy, "tfReplicaSpecs": {
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": meta(annotations=SUSPEND),
+        "spec": {
+            "runPolicy": run_policy,
+            "tfReplicaSpecs": {
                 "Chief": {"replicas": 1, "template": template("2", "4Gi")},
                 "PS": {"replicas": 2, "template": template("1", "2Gi")},
                 "Worker": {"replicas": 4, "template": template("4", "16Gi", gpu=2)},
-            }}}
+            },
+        },
+    }
 
 
 def test_tfjob_every_replica_type_counts() -> None:
@@ -89,26 +108,47 @@ def test_kubeflow_finished_and_priority() -> None:
 
 
 def test_pytorch_elastic_uses_min_replicas() -> None:
-    obj = {"metadata": meta(), "spec": {
-        "elasticPolicy": {"minReplicas": 2, "maxReplicas": 8},
-        "pytorchReplicaSpecs": {
-            "Master": {"replicas": 1, "template": template(gpu=1)},
-            "Worker": {"replicas": 8, "template": template(gpu=1)},
-        }}}
+    obj = {
+        "metadata": meta(),
+        "spec": {
+            "elasticPolicy": {"minReplicas": 2, "maxReplicas": 8},
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template(gpu=1)},
+                "Worker": {"replicas": 8, "template": template(gpu=1)},
+            },
+        },
+    }
     assert {k: v[0] for k, v in demand(PyTorchJobKind(), obj).items()} == {"master": 1, "worker": 2}
 
 
 def test_mpijob_launcher_pod_via_labels() -> None:
-    obj = {"metadata": meta(), "spec": {"runPolicy": {"suspend": True}, "mpiReplicaSpecs": {
-        "Launcher": {"replicas": 1, "template": template("500m", "512Mi")},
-        "Worker": {"replicas": 2, "template": template("8", "32Gi", gpu=8)},
-    }}}
+    obj = {
+        "metadata": meta(),
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": template("500m", "512Mi")},
+                "Worker": {"replicas": 2, "template": template("8", "32Gi", gpu=8)},
+            },
+        },
+    }
     kind = MPIJobKind()
     assert demand(kind, obj)["worker"] == (2, {"cpu": 8000, "memory": 32 * GI, GPU: 8000})
-    launcher = msgspec.convert({"metadata": {"name": "j-launcher-x", "namespace": "ns", "labels": {
-        "training.kubeflow.org/job-name": "j", "training.kubeflow.org/operator-name": "mpi-operator",
-        "training.kubeflow.org/replica-type": "launcher"},
-        "ownerReferences": [{"kind": "Job", "name": "j-launcher", "controller": True}]}}, Pod)
+    launcher = msgspec.convert(
+        {
+            "metadata": {
+                "name": "j-launcher-x",
+                "namespace": "ns",
+                "labels": {
+                    "training.kubeflow.org/job-name": "j",
+                    "training.kubeflow.org/operator-name": "mpi-operator",
+                    "training.kubeflow.org/replica-type": "launcher",
+                },
+                "ownerReferences": [{"kind": "Job", "name": "j-launcher", "controller": True}],
+            }
+        },
+        Pod,
+    )
     assert kind.pod_owner(launcher) == ("j", "launcher")
     # Operator kinds claim such pods before the batch Job adapter does.
     adapters = adapters_for(["job", "mpijob"])
@@ -123,9 +163,16 @@ def test_registry_rejects_two_versions_and_unknown_kinds() -> None:
 
 
 def spark(**spec: Any) -> dict[str, Any]:
-    base = {"type": "Python", "driver": {"cores": 1, "memory": "2g"},
-            "executor": {"instances": 3, "cores": 2, "memory": "4g",
-                         "gpu": {"name": GPU, "quantity": 1}}}
+    base = {
+        "type": "Python",
+        "driver": {"cores": 1, "memory": "2g"},
+        "executor": {
+            "instances": 3,
+            "cores": 2,
+            "memory": "4g",
+            "gpu": {"name": GPU, "quantity": 1},
+        },
+    }
     base.update(spec)
     return {"metadata": meta(annotations=SUSPEND), "spec": base}
 
@@ -135,21 +182,26 @@ def test_spark_demand_with_overheads_and_gpus() -> None:
     # Python: overhead factor 0.4 -> driver 2g + max(384m, 0.8g); executor 4g + 1.6g.
     g = 2**30
     assert d["driver"] == (1, {"cpu": 1000, "memory": (2 * g + int(2 * g * 0.4)) * 1000})
-    assert d["executor"] == (3, {"cpu": 2000, "memory": (4 * g + int(4 * g * 0.4)) * 1000,
-                                 GPU: 1000})
+    assert d["executor"] == (
+        3,
+        {"cpu": 2000, "memory": (4 * g + int(4 * g * 0.4)) * 1000, GPU: 1000},
+    )
 
 
 def test_spark_explicit_overhead_core_request_and_dynamic_allocation() -> None:
-    obj = spark(type="Scala", driver={"coreRequest": "500m", "memory": "512m",
-                                      "memoryOverhead": "128m"},
-                dynamicAllocation={"enabled": True, "minExecutors": 2, "initialExecutors": 5})
+    obj = spark(
+        type="Scala",
+        driver={"coreRequest": "500m", "memory": "512m", "memoryOverhead": "128m"},
+        dynamicAllocation={"enabled": True, "minExecutors": 2, "initialExecutors": 5},
+    )
     d = demand(SparkApplicationKind(), obj)
     assert d["driver"] == (1, {"cpu": 500, "memory": 640 * MI})
     assert d["executor"][0] == 5
 
 
-@pytest.mark.parametrize(("text", "mib"), [("512m", 512), ("2g", 2048), ("1024", 1024),
-                                           ("1G", 1024), ("3gb", 3072)])
+@pytest.mark.parametrize(
+    ("text", "mib"), [("512m", 512), ("2g", 2048), ("1024", 1024), ("1G", 1024), ("3gb", 3072)]
+)
 def test_jvm_memory(text: str, mib: int) -> None:
     assert parse_jvm_memory(text, "x") == mib * 2**20
 
@@ -162,18 +214,33 @@ def test_spark_bad_memory_and_finish_state() -> None:
     done["status"] = {"applicationState": {"state": "COMPLETED"}}
     assert kind.is_finished(done)
     assert kind.admission_patch(spark()) == {
-        "metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "false"}}}
+        "metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "false"}}
+    }
 
 
 def rayjob(**spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"suspend": True, "entrypoint": "python train.py", "rayClusterSpec": {
-        "headGroupSpec": {"template": template("2", "8Gi")},
-        "workerGroupSpecs": [
-            {"groupName": "gpu", "replicas": 3, "minReplicas": 1, "maxReplicas": 5,
-             "template": template("8", "32Gi", gpu=4)},
-            {"groupName": "tpu-like", "replicas": 1, "numOfHosts": 2,
-             "template": template("1", "1Gi")},
-        ]}}
+    base: dict[str, Any] = {
+        "suspend": True,
+        "entrypoint": "python train.py",
+        "rayClusterSpec": {
+            "headGroupSpec": {"template": template("2", "8Gi")},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": 3,
+                    "minReplicas": 1,
+                    "maxReplicas": 5,
+                    "template": template("8", "32Gi", gpu=4),
+                },
+                {
+                    "groupName": "tpu-like",
+                    "replicas": 1,
+                    "numOfHosts": 2,
+                    "template": template("1", "1Gi"),
+                },
+            ],
+        },
+    }
     base.update(spec)
     return {"metadata": meta(), "spec": base}
 
@@ -188,56 +255,80 @@ def test_rayjob_autoscaling_http_mode_and_existing_cluster() -> None:
     auto = rayjob(submissionMode="HTTPMode")
     auto["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
     assert {k: v[0] for k, v in demand(RayJobKind(), auto).items()} == {
-        "head": 1, "gpu": 1, "tpu-like": 0}
+        "head": 1,
+        "gpu": 1,
+        "tpu-like": 0,
+    }
     existing = rayjob(clusterSelector={"ray.io/cluster": "shared"})
     assert list(demand(RayJobKind(), existing)) == ["submitter"]
 
 
 def test_rayjob_pods_are_tied_by_origin_labels() -> None:
     def pod(labels: dict[str, str]) -> Pod:
-        return msgspec.convert({"metadata": {"name": "p", "namespace": "ns", "labels": labels}},
-                               Pod)
+        return msgspec.convert(
+            {"metadata": {"name": "p", "namespace": "ns", "labels": labels}}, Pod
+        )
+
     origin = {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": "j"}
     kind = RayJobKind()
     assert kind.pod_owner(pod({**origin, "ray.io/node-type": "head"})) == ("j", "head")
-    assert kind.pod_owner(pod({**origin, "ray.io/node-type": "worker", "ray.io/group": "gpu"})) \
-        == ("j", "gpu")
+    assert kind.pod_owner(pod({**origin, "ray.io/node-type": "worker", "ray.io/group": "gpu"})) == (
+        "j",
+        "gpu",
+    )
     assert kind.pod_owner(pod(origin)) == ("j", "submitter")
     assert kind.pod_owner(pod({"ray.io/originated-from-crd": "RayService"})) is None
 
 
-def workflow(annotations: dict[str, str] | None = None, suspend_template: bool = True
-             ) -> dict[str, Any]:
+def workflow(
+    annotations: dict[str, str] | None = None, suspend_template: bool = True
+) -> dict[str, Any]:
     templates: list[dict[str, Any]] = [{"name": "main", "container": {"image": "x"}}]
     if suspend_template:
         templates.append({"name": "kube-queue-suspend", "suspend": {}})
-    return {"metadata": meta(annotations=annotations), "spec": {
-        "suspend": True, "entrypoint": "main", "templates": templates}}
+    return {
+        "metadata": meta(annotations=annotations),
+        "spec": {"suspend": True, "entrypoint": "main", "templates": templates},
+    }
 
 
 def test_workflow_min_resources_annotation() -> None:
     obj = workflow({"kube-queue/min-resources": "cpu: 5\nmemory: 5G\nnvidia.com/gpu: 1\n"})
     assert demand(WorkflowKind(), obj) == {
-        "workflow": (1, {"cpu": 5000, "memory": 5 * 10**9 * 1000, GPU: 1000})}
+        "workflow": (1, {"cpu": 5000, "memory": 5 * 10**9 * 1000, GPU: 1000})
+    }
 
 
 @pytest.mark.parametrize(
     ("obj", "reason", "text"),
     [
-        (workflow({"kube-queue/min-resources": "cpu: 1"}, suspend_template=False),
-         "MissingSuspendTemplate", "no template named 'kube-queue-suspend'"),
+        (
+            workflow({"kube-queue/min-resources": "cpu: 1"}, suspend_template=False),
+            "MissingSuspendTemplate",
+            "no template named 'kube-queue-suspend'",
+        ),
         (workflow(), "InvalidMinResources", "annotation kube-queue/min-resources is missing"),
-        (workflow({"kube-queue/min-resources": "cpu: [5"}), "InvalidMinResources",
-         "not valid YAML"),
-        (workflow({"kube-queue/min-resources": "5 cpus"}), "InvalidMinResources",
-         "must be a non-empty YAML map"),
+        (
+            workflow({"kube-queue/min-resources": "cpu: [5"}),
+            "InvalidMinResources",
+            "not valid YAML",
+        ),
+        (
+            workflow({"kube-queue/min-resources": "5 cpus"}),
+            "InvalidMinResources",
+            "must be a non-empty YAML map",
+        ),
         (workflow({"kube-queue/min-resources": "cpu: -2"}), "InvalidMinResources", "negative"),
-        (workflow({"kube-queue/min-resources": "cpu: lots"}), "InvalidMinResources",
-         "not a valid quantity"),
+        (
+            workflow({"kube-queue/min-resources": "cpu: lots"}),
+            "InvalidMinResources",
+            "not a valid quantity",
+        ),
     ],
 )
-def test_workflow_bad_input_explains_what_to_add(obj: dict[str, Any], reason: str, text: str
-                                                 ) -> None:
+def test_workflow_bad_input_explains_what_to_add(
+    obj: dict[str, Any], reason: str, text: str
+) -> None:
     with pytest.raises(DemandError, match=text) as caught:
         WorkflowKind().pod_sets(obj)
     assert caught.value.reason == reason
@@ -245,20 +336,29 @@ def test_workflow_bad_input_explains_what_to_add(obj: dict[str, Any], reason: st
 
 def test_workflow_resumes_the_suspend_step_after_admission() -> None:
     obj = workflow({"kube-queue/min-resources": "cpu: 1"})
-    obj["status"] = {"nodes": {
-        "wf-1": {"templateName": "kube-queue-suspend", "type": "Suspend", "phase": "Running"},
-        "wf-2": {"templateName": "main", "type": "Pod", "phase": "Pending"},
-    }}
+    obj["status"] = {
+        "nodes": {
+            "wf-1": {"templateName": "kube-queue-suspend", "type": "Suspend", "phase": "Running"},
+            "wf-2": {"templateName": "main", "type": "Pod", "phase": "Pending"},
+        }
+    }
     patch = WorkflowKind().follow_up_patch(obj)
-    assert patch == {"status": {"nodes": {"wf-1": {
-        "phase": "Succeeded", "message": "resumed by kube-queue on admission"}}}}
+    assert patch == {
+        "status": {
+            "nodes": {
+                "wf-1": {"phase": "Succeeded", "message": "resumed by kube-queue on admission"}
+            }
+        }
+    }
     obj["status"]["nodes"]["wf-1"]["phase"] = "Succeeded"
     assert WorkflowKind().follow_up_patch(obj) is None
 
 
 def test_job_skips_children_of_other_controllers_but_not_cronjobs() -> None:
     kind = JobKind()
-    child = {"metadata": {"ownerReferences": [{"kind": "JobSet", "name": "js", "controller": True}]}}
+    child = {
+        "metadata": {"ownerReferences": [{"kind": "JobSet", "name": "js", "controller": True}]}
+    }
     cron = {"metadata": {"ownerReferences": [{"kind": "CronJob", "name": "c", "controller": True}]}}
     assert "owned by JobSet js" in (kind.skip_reason(child) or "")
     assert kind.skip_reason(cron) is None

@@ -4,10 +4,20 @@ from hypothesis import strategies as st
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 
 
-def qj(name: str, priority: int = 0, created: str = "2026-01-01T00:00:00Z",
-       namespace: str = "ns", kind: str = "Job") -> QueuedJob:
-    return QueuedJob(key=(kind, namespace, name), uid=name, resource_version="1",
-                     priority=priority, created=created)
+def qj(
+    name: str,
+    priority: int = 0,
+    created: str = "2026-01-01T00:00:00Z",
+    namespace: str = "ns",
+    kind: str = "Job",
+) -> QueuedJob:
+    return QueuedJob(
+        key=(kind, namespace, name),
+        uid=name,
+        resource_version="1",
+        priority=priority,
+        created=created,
+    )
 
 
 def names(q: JobQueue) -> list[str]:
@@ -43,8 +53,12 @@ def test_remove_and_depth_by_kind() -> None:
     assert names(q) == ["r"]
 
 
-ops = st.lists(st.tuples(st.sampled_from(["up", "rm"]), st.integers(0, 15), st.integers(-3, 3),
-                         st.integers(0, 5)), max_size=80)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["up", "rm"]), st.integers(0, 15), st.integers(-3, 3), st.integers(0, 5)
+    ),
+    max_size=80,
+)
 
 
 @settings(max_examples=200, deadline=None)

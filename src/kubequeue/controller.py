@@ -130,9 +130,11 @@ class Controller:
                 )
                 tg.start_soon(server.run, name="health-server")
             tg.start_soon(self.events.run, name="event-writer")
-            async with anyio.create_task_group() as syncing:
-                for informer in self.informers:
-                    syncing.start_soon(self._start_informer, tg, informer)
+            # One at a time, capacity first: an admitted job seen before the nodes and pods it
+            # runs on would have its hold placed on a partial picture (relocate() fixes that
+            # later, but there is no reason to start from it).
+            for informer in self.informers:
+                await tg.start(informer.run, name=f"informer-{informer.name}")
             self.ready = True
             log.info(
                 "controller.synced",
@@ -154,10 +156,6 @@ class Controller:
                 tg.start_soon(elector.run, self.loop.run, name="leader-election")
             else:
                 tg.start_soon(self.loop.run, name="admission-loop")
-
-    async def _start_informer(self, tg: anyio.abc.TaskGroup, informer: Informer[Any]) -> None:
-        # tg.start returns after the informer's first full list; the informer keeps running in tg.
-        await tg.start(informer.run, name=f"informer-{informer.name}")
 
 
 async def run(settings: Settings) -> None:

@@ -1,5 +1,6 @@
 """One admission cycle, in numbered steps (the shape of Kueue's scheduler.schedule):
 
+0. relocate: move reservations off nodes that cannot take them (capacity/reservations.py);
 1. heads:    walk queued jobs in order (priority, age, name), skipping those in flight;
 2. skip:     jobs with bad input, and jobs that already failed at this capacity generation
              (nothing was freed since, so the answer cannot change);
@@ -60,6 +61,7 @@ class AdmissionCycle:
         tracker = self.tracker
         cache = tracker.cache
         result = CycleResult()
+        tracker.reservations.relocate()
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         for job in tracker.queue.ordered():  # step 1

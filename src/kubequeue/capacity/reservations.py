@@ -24,9 +24,13 @@ from kubequeue.capacity.fit import Assignment, place
 from kubequeue.demand import PodSet
 from kubequeue.resources import GPU
 
-__all__ = ["Reservations"]
+__all__ = ["UNPLACED", "Reservations"]
 
 log = structlog.get_logger(__name__)
+
+# Pseudo-node for held pods that no schedulable node could take (e.g. while the Node list is
+# still arriving after a restart). They are charged to no node and placed as soon as one can.
+UNPLACED = ""
 
 
 @dataclass(slots=True)
@@ -43,6 +47,7 @@ class Reservations:
     def __init__(self, cache: CapacityCache) -> None:
         self._cache = cache
         self._held: dict[JobKey, _Held] = {}
+        self._relocated_at: tuple[int, int] | None = None
 
     def __contains__(self, job: object) -> bool:
         return job in self._held
@@ -100,28 +105,71 @@ class Reservations:
             elif have < needed:
                 self._grow(job, held, ps, needed - have)
 
+    def relocate(self) -> int:
+        """Move held pods off nodes that cannot take them, when somewhere else can.
+
+        A hold can end up on the wrong node: placed while the Node list was incomplete (after a
+        restart), on a node that was since deleted, cordoned or went NotReady, or on a node that
+        someone else's pods over-filled. Left there, it would block nothing useful while the
+        job's pods go elsewhere, i.e. an over-commit. Runs at the start of each cycle, and only
+        does work when capacity or nodes changed since the last run. Returns pods moved.
+        """
+        cache = self._cache
+        generation = (cache.freed_generation, cache.nodes_generation)
+        if generation == self._relocated_at:
+            return 0
+        moved = 0
+        for held in self._held.values():
+            for name, nodes in list(held.placed.items()):
+                ps = held.pod_sets[name]
+                for node, count in list(nodes.items()):
+                    if not self._stranded(node):
+                        continue
+                    assignments = place([PodSet(name, count, ps.request, ps.constraints)], cache)
+                    if assignments is None:
+                        continue
+                    for a in assignments:
+                        self._add(held, name, a.node, a.count)
+                    self._remove(held, name, node, count)
+                    moved += count
+        self._relocated_at = (cache.freed_generation, cache.nodes_generation)
+        if moved:
+            log.info("reservation.relocated", pods=moved)
+        return moved
+
     # ----------------------------------------------------------------- internals
+    def _stranded(self, node: str) -> bool:
+        state = self._cache.nodes.get(node) if node != UNPLACED else None
+        if state is None or not state.schedulable:
+            return True
+        return any(v < 0 for v in state.free.values())
+
     def _add(self, held: _Held, pod_set: str, node: str, count: int) -> None:
         ps = held.pod_sets[pod_set]
         nodes = held.placed.setdefault(pod_set, {})
         nodes[node] = nodes.get(node, 0) + count
-        self._cache.reserve(node, ps.request, count)
+        if node != UNPLACED:
+            self._cache.reserve(node, ps.request, count)
+
+    def _remove(self, held: _Held, pod_set: str, node: str, count: int) -> None:
+        nodes = held.placed[pod_set]
+        nodes[node] -= count
+        if node != UNPLACED:
+            self._cache.unreserve(node, held.pod_sets[pod_set].request, count)
+        if not nodes[node]:
+            del nodes[node]
+        if not nodes:
+            del held.placed[pod_set]
 
     def _drop(self, held: _Held, pod_set: str, count: int) -> None:
+        """Release ``count`` held pods, stranded ones first."""
         nodes = held.placed.get(pod_set, {})
-        ps = held.pod_sets.get(pod_set)
-        for node in list(nodes):
+        for node in sorted(nodes, key=lambda n: not self._stranded(n)):
             if count <= 0:
                 break
             k = min(count, nodes[node])
-            nodes[node] -= k
+            self._remove(held, pod_set, node, k)
             count -= k
-            if ps is not None:
-                self._cache.unreserve(node, ps.request, k)
-            if not nodes[node]:
-                del nodes[node]
-        if not nodes:
-            held.placed.pop(pod_set, None)
 
     def _grow(self, job: JobKey, held: _Held, ps: PodSet, count: int) -> None:
         extra = PodSet(ps.name, count, ps.request, ps.constraints)
@@ -133,9 +181,12 @@ class Reservations:
         # The capacity is gone (someone else's pods took it while we were not watching). Hold it
         # anyway on the roomiest eligible node: that node goes negative and takes nothing new,
         # which is safer than admitting more work into capacity this job is about to claim.
-        eligible = self._cache.feasible(ps.constraints) or frozenset(self._cache.nodes)
+        # relocate() moves it as soon as a better place frees up.
+        eligible = self._cache.feasible(ps.constraints)
         if not eligible:
-            log.warning("reservation.no_node", job="/".join(job), pod_set=ps.name, pods=count)
+            log.info("reservation.unplaced", job="/".join(job), pod_set=ps.name, pods=count,
+                     why="no schedulable node can take these pods yet")
+            self._add(held, ps.name, UNPLACED, count)
             return
         node = max(eligible, key=lambda n: _roominess(self._cache.nodes[n].free, ps))
         log.warning(
