@@ -58,6 +58,18 @@ def _parser() -> argparse.ArgumentParser:
         help="port for /metrics /healthz /readyz /debug/queue (0: off)",
     )
     run.add_argument("--metrics-host", default="0.0.0.0")
+    run.add_argument(
+        "--webhook-port",
+        type=int,
+        default=0,
+        help="serve the mutating admission webhook on this port (0: off)",
+    )
+    run.add_argument("--webhook-host", default="0.0.0.0")
+    run.add_argument(
+        "--webhook-cert-dir",
+        default="/etc/kube-queue/webhook",
+        help="directory holding tls.crt and tls.key for the webhook",
+    )
     run.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     run.add_argument("--log-level", default="info")
     run.add_argument(
@@ -99,6 +111,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         namespaces=args.namespaces,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        webhook_port=args.webhook_port,
+        webhook_host=args.webhook_host,
+        webhook_cert_dir=args.webhook_cert_dir,
         log_format=args.log_format,
         log_level=args.log_level,
         leader_elect=args.leader_elect,

@@ -13,6 +13,7 @@ orderly shutdown on SIGTERM/SIGINT cancels the group and releases the Lease.
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,6 +40,7 @@ from kubequeue.kube.lease import LeaderElector
 from kubequeue.objects import Node, Pod
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.settings import Settings
+from kubequeue.webhook.server import WebhookServer
 
 __all__ = ["Controller", "run"]
 
@@ -114,6 +116,7 @@ class Controller:
                         dict_codec(),
                         JobHandler(self.tracker, adapter),
                         watch_timeout=s.watch_timeout,
+                        optional=adapter.info.group not in ("", "batch"),
                     )
                 )
         return out
@@ -129,6 +132,9 @@ class Controller:
                     s.metrics_host, s.metrics_port, self.tracker, lambda: self.ready
                 )
                 tg.start_soon(server.run, name="health-server")
+            if s.webhook_port:
+                webhook = WebhookServer(s.webhook_host, s.webhook_port, Path(s.webhook_cert_dir))
+                tg.start_soon(webhook.run, name="webhook-server")
             tg.start_soon(self.events.run, name="event-writer")
             # One at a time, capacity first: an admitted job seen before the nodes and pods it
             # runs on would have its hold placed on a partial picture (relocate() fixes that

@@ -43,6 +43,11 @@ class Settings:
     """Port for /metrics, /healthz, /readyz and /debug/queue (0 disables the server)."""
     metrics_host: str = "0.0.0.0"
     """Address the metrics server binds; 0.0.0.0 so Prometheus can scrape the pod."""
+    webhook_port: int = 0
+    """Port of the mutating admission webhook (HTTPS); 0 disables it."""
+    webhook_host: str = "0.0.0.0"
+    webhook_cert_dir: str = "/etc/kube-queue/webhook"
+    """Directory with tls.crt and tls.key for the webhook (the chart mounts a Secret here)."""
     log_format: str = "auto"
     """json | console | auto (console on a terminal, JSON otherwise)."""
     log_level: str = "info"

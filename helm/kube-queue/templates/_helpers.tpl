@@ -39,3 +39,30 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if $ext.argo.enable }}{{ $kinds = append $kinds "workflow" }}{{ end -}}
 {{- join "," $kinds -}}
 {{- end -}}
+
+{{/* Resources (group -> plural list) of enabled extension kinds that hold jobs by suspend. */}}
+{{- define "kube-queue.suspendRules" -}}
+{{- $ext := .Values.extension -}}
+{{- $kubeflow := list -}}
+{{- if $ext.tf.enable }}{{ $kubeflow = append $kubeflow "tfjobs" }}{{ end -}}
+{{- if $ext.pytorch.enable }}{{ $kubeflow = append $kubeflow "pytorchjobs" }}{{ end -}}
+{{- if $ext.mpi.enable }}{{ $kubeflow = append $kubeflow "mpijobs" }}{{ end -}}
+{{- if $kubeflow }}
+- apiGroups: ["kubeflow.org"]
+  apiVersions: ["*"]
+  operations: ["CREATE"]
+  resources: {{ toJson $kubeflow }}
+{{- end }}
+{{- if $ext.spark.enable }}
+- apiGroups: ["sparkoperator.k8s.io"]
+  apiVersions: ["*"]
+  operations: ["CREATE"]
+  resources: ["sparkapplications"]
+{{- end }}
+{{- if $ext.ray.enable }}
+- apiGroups: ["ray.io"]
+  apiVersions: ["*"]
+  operations: ["CREATE"]
+  resources: ["rayjobs"]
+{{- end }}
+{{- end -}}

@@ -124,6 +124,8 @@ class Informer(Generic[T]):
         watch_timeout: int = 300,
         read_timeout: float = 90.0,
         max_backoff: float = 30.0,
+        optional: bool = False,
+        missing_poll: float = 10.0,
     ) -> None:
         self.client = client
         self.name = name
@@ -135,6 +137,11 @@ class Informer(Generic[T]):
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
         self.max_backoff = max_backoff
+        # Optional resources (job kinds from CRDs) may be absent: 404 counts as "synced, empty".
+        # Polling the list (instead of watching CRDs) needs no extra RBAC.
+        self.optional = optional
+        self.missing_poll = missing_poll
+        self._missing_logged = False
         self.resource_version = ""
         self._known: set[str] = set()
         self._failures = 0
@@ -160,9 +167,38 @@ class Informer(Generic[T]):
                 metrics.WATCH_RESTARTS.labels(self.name, "gone").inc()
                 log.info("informer.relist", resource=self.name, why="resourceVersion expired (410)")
                 need_list = True
-            except (ApiError, aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as exc:
+            except ApiError as exc:
+                if not (exc.not_found and self.optional):
+                    metrics.WATCH_RESTARTS.labels(self.name, "error").inc()
+                    await self._backoff(exc)
+                    continue
+                # The CRD is not installed (or was removed): nothing of this kind exists, which
+                # is a complete, synced answer. Poll until it appears.
+                self._resource_missing()
+                if not started:
+                    started = True
+                    task_status.started()
+                need_list = True
+                await anyio.sleep(self.missing_poll)
+            except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as exc:
                 metrics.WATCH_RESTARTS.labels(self.name, "error").inc()
                 await self._backoff(exc)
+
+    def _resource_missing(self) -> None:
+        for key in self._known:
+            self._deliver(self.handler.delete, key, key)
+        if self._known or not self._missing_logged:
+            log.error(
+                "informer.resource_missing",
+                resource=self.name,
+                path=self.path,
+                why="the API server does not serve this resource: install its CRD (the other "
+                "kinds keep being queued; this one starts as soon as the CRD appears)",
+                poll_s=self.missing_poll,
+            )
+        self._known = set()
+        self._missing_logged = True
+        self._cached.set(0)
 
     async def _backoff(self, exc: BaseException) -> None:
         self._failures += 1
@@ -215,6 +251,9 @@ class Informer(Generic[T]):
             if not token:
                 self.resource_version = page.metadata.resourceVersion
                 break
+        if self._missing_logged:
+            log.info("informer.resource_appeared", resource=self.name, path=self.path)
+            self._missing_logged = False
         for key in self._known - seen:
             self._deliver(self.handler.delete, key, key)
         self._known = seen

@@ -1,0 +1,106 @@
+"""What the mutating admission webhook changes on CREATE, as JSON patches. Pure functions.
+
+Two jobs, both about making queueing safe rather than merely possible:
+
+- ``native_suspend``: the ``scheduling.x-k8s.io/suspend: "true"`` annotation only works with
+  operator builds that know it. An upstream operator would start the job at once. So on create
+  the annotation is mirrored into the kind's own suspend field (``runPolicy.suspend`` for
+  Kubeflow kinds, ``spec.suspend`` for RayJob and SparkApplication), which every recent operator
+  honours. kube-queue's admission clears both.
+- ``auto_queue``: in namespaces labelled ``kube-queue.io/managed=true`` (the webhook
+  configuration's namespaceSelector) every new job is created held, without the user writing
+  anything. Jobs that opt out (``kube-queue.io/ignore: "true"``), Jobs owned by another
+  controller (a JobSet, an operator: the parent is what gets queued) and Argo Workflows (their
+  demand must be declared by the user) are left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubequeue.kinds.common import (
+    IGNORE,
+    SUSPEND_ANNOTATION,
+    annotations_of,
+    controller_owner,
+    dig,
+    labels_of,
+)
+
+__all__ = ["JsonPatch", "auto_queue", "native_suspend"]
+
+JsonPatch = list[dict[str, Any]]
+_KUBEFLOW = frozenset({"TFJob", "PyTorchJob", "MPIJob"})
+_SPEC_SUSPEND = frozenset({"RayJob", "SparkApplication"})
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _set(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> JsonPatch:
+    """JSON-patch ops that set obj[path] = value, creating missing parents."""
+    node: Any = obj
+    for i, step in enumerate(path[:-1]):
+        child = node.get(step) if isinstance(node, dict) else None
+        if not isinstance(child, dict):
+            nested: Any = value
+            for inner in reversed(path[i + 1 :]):
+                nested = {inner: nested}
+            return [
+                {"op": "add", "path": "/" + "/".join(map(_escape, path[: i + 1])), "value": nested}
+            ]
+        node = child
+    return [{"op": "add", "path": "/" + "/".join(map(_escape, path)), "value": value}]
+
+
+def _suspend_field(kind: str) -> tuple[str, ...] | None:
+    if kind in _KUBEFLOW:
+        return ("spec", "runPolicy", "suspend")
+    if kind in _SPEC_SUSPEND or kind == "Job":
+        return ("spec", "suspend")
+    return None
+
+
+def native_suspend(kind: str, obj: dict[str, Any]) -> JsonPatch:
+    """Mirror the suspend annotation into the kind's native field (no-op if already held)."""
+    if annotations_of(obj).get(SUSPEND_ANNOTATION) != "true":
+        return []
+    field = _suspend_field(kind)
+    if field is None or kind == "Job" or dig(obj, *field) is True:
+        return []
+    return _set(obj, field, True)
+
+
+def auto_queue(kind: str, obj: dict[str, Any]) -> JsonPatch:
+    """Create the job held, for kube-queue to admit (managed namespaces only)."""
+    if annotations_of(obj).get(IGNORE) == "true" or labels_of(obj).get(IGNORE) == "true":
+        return []
+    owner = controller_owner(obj)
+    if owner is not None and owner.get("kind") != "CronJob":
+        return []
+    field = _suspend_field(kind)
+    if field is None:
+        return []
+    ops: JsonPatch = []
+    if dig(obj, *field) is not True:
+        ops += _set(obj, field, True)
+    if kind in _KUBEFLOW or kind == "SparkApplication":
+        # The annotation too: operator builds that only know the annotation still hold it.
+        if "annotations" not in (obj.get("metadata") or {}):
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/metadata/annotations",
+                    "value": {SUSPEND_ANNOTATION: "true"},
+                }
+            )
+        else:
+            ops.append(
+                {
+                    "op": "add",
+                    "path": f"/metadata/annotations/{_escape(SUSPEND_ANNOTATION)}",
+                    "value": "true",
+                }
+            )
+    return ops

@@ -1,0 +1,108 @@
+"""The mutating admission webhook server (HTTPS, AdmissionReview v1).
+
+Served by every replica, leader or not, so creates do not depend on which replica leads. Paths:
+``/mutate/native-suspend`` and ``/mutate/auto-queue`` (see mutations.py). A request we cannot
+understand is allowed unchanged with a warning: the webhook must never be the reason a valid
+object cannot be created, whatever the configured failurePolicy says about outages.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from aiohttp import web
+
+from kubequeue.webhook.mutations import JsonPatch, auto_queue, native_suspend
+
+__all__ = ["WebhookServer"]
+
+log = structlog.get_logger(__name__)
+
+_MUTATORS: dict[str, Callable[[str, dict[str, Any]], JsonPatch]] = {
+    "native-suspend": native_suspend,
+    "auto-queue": auto_queue,
+}
+
+
+def review_response(
+    review: dict[str, Any], mutator: Callable[[str, dict[str, Any]], JsonPatch]
+) -> dict[str, Any]:
+    request = review.get("request") or {}
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    obj = request.get("object")
+    kind = (request.get("kind") or {}).get("kind", "")
+    if request.get("operation") == "CREATE" and isinstance(obj, dict):
+        ops = mutator(kind, obj)
+        if ops:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+            response["warnings"] = [
+                "kube-queue: created suspended; kube-queue admits it when the cluster has room"
+            ]
+            meta = obj.get("metadata") or {}
+            log.info(
+                "webhook.mutated",
+                kind=kind,
+                namespace=request.get("namespace"),
+                name=meta.get("name") or meta.get("generateName"),
+                ops=len(ops),
+            )
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+class WebhookServer:
+    def __init__(self, host: str, port: int, cert_dir: Path) -> None:
+        self.host = host
+        self.port = port
+        self.cert_dir = cert_dir
+
+    def _ssl(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_dir / "tls.crt", self.cert_dir / "tls.key")
+        return context
+
+    async def run(self) -> None:
+        app = web.Application(client_max_size=8 * 2**20)
+        for name, mutator in _MUTATORS.items():
+            app.router.add_post(f"/mutate/{name}", self._handler(mutator))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, ssl_context=self._ssl())
+        await site.start()
+        log.info("webhook.serving", port=self.port, cert_dir=str(self.cert_dir))
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await runner.cleanup()
+
+    def _handler(
+        self, mutator: Callable[[str, dict[str, Any]], JsonPatch]
+    ) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            try:
+                review = await request.json()
+                return web.json_response(review_response(review, mutator))
+            except (ValueError, AttributeError, TypeError) as exc:
+                log.warning("webhook.bad_review", error=str(exc))
+                return web.json_response(
+                    {
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": {
+                            "uid": "",
+                            "allowed": True,
+                            "warnings": [f"kube-queue: {exc}"],
+                        },
+                    }
+                )
+
+        return handle
