@@ -23,7 +23,7 @@ being the only test touching fake nodes.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ from kubernetes_asyncio.config import load_kube_config
 from e2e.cluster.build import ensure_binaries
 from e2e.cluster.ports import PortReservation
 from e2e.cluster.processes import Process
-from e2e.cluster.runner import RUNS_DIR, LocalCluster, start_kwok
+from e2e.cluster.runner import RUNS_DIR, LocalCluster, claim_work_dir, start_kwok
 from e2e.support import ClusterHandle, FakeNodes, Kubectl, KubectlError, new_test_id, wait_until
 
 CLUSTER_KEY = pytest.StashKey[ClusterHandle]()
@@ -62,16 +62,29 @@ def _existing_cluster() -> tuple[Path, str | None, bool] | None:
     return kubeconfig, context, start_kwok != "0"
 
 
+def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
+    """Build progress and cluster start-up go straight to the terminal: a cold build takes
+    minutes, and pytest would otherwise hold the output back until the session ends."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def log(message: str) -> None:
+        with capture.global_and_fixture_disabled():
+            print(message, flush=True)
+
+    return log
+
+
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
     """The cluster for this session; a LocalCluster unless the environment names another.
 
     Started from the main thread (see e2e/cluster/processes.py on why that matters).
     """
-    binaries = ensure_binaries()
+    log = _terminal_log(request.config)
+    binaries = ensure_binaries(log)
     existing = _existing_cluster()
     if existing is None:
-        with LocalCluster(binaries=binaries) as local:
+        with LocalCluster(binaries=binaries, log=log) as local:
             handle = ClusterHandle(
                 kubeconfig=local.kubeconfig,
                 context=None,
@@ -84,6 +97,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
         return
     kubeconfig, context, run_kwok = existing
     work_dir = RUNS_DIR / f"external-{os.getpid()}"
+    claim_work_dir(work_dir)
     handle = ClusterHandle(
         kubeconfig=kubeconfig,
         context=context,
@@ -184,5 +198,6 @@ def pytest_runtest_makereport(
     if report.failed and handle is not None:
         report.sections.append(("e2e cluster", f"component logs: {handle.logs_dir}"))
     return report
+
 
 from e2e.controller_fixtures import controller_identity, kube_queue  # noqa: E402,F401

@@ -34,6 +34,12 @@ PROGRESS_INTERVAL_S = 15.0
 Log = Callable[[str], None]
 
 
+def say(message: str) -> None:
+    """Default progress output, flushed: when stdout is a file or pipe (CI, pytest capture off)
+    a buffered line would show up minutes late, defeating its purpose."""
+    print(message, flush=True)
+
+
 @dataclass(frozen=True)
 class GoBuild:
     """One ``go build`` invocation: the main packages of one wrapper module.
@@ -159,7 +165,7 @@ def is_built(build: GoBuild) -> bool:
     )
 
 
-def ensure_binaries(log: Log = print) -> Binaries:
+def ensure_binaries(log: Log = say) -> Binaries:
     """Build whatever is missing and return the paths of all binaries."""
     for build in BUILDS:
         if not is_built(build):
@@ -192,7 +198,7 @@ def _build_lock(build: GoBuild) -> Iterator[None]:
         yield
 
 
-def run_build(build: GoBuild, log: Log = print) -> float:
+def run_build(build: GoBuild, log: Log = say) -> float:
     """Build one component into its versioned directory; return the wall-clock seconds."""
     go = shutil.which("go")
     if go is None:

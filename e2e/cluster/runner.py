@@ -14,12 +14,13 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from e2e.cluster import components
-from e2e.cluster.build import Binaries, ensure_binaries
+from e2e.cluster.build import Binaries, Log, ensure_binaries, say
 from e2e.cluster.certs import generate_pki
 from e2e.cluster.kubeconfig import write_kubeconfig
 from e2e.cluster.nodes import FAKE_NODE_LABEL, FAKE_NODE_LABEL_VALUE, NodeSpec, node_list_json
@@ -36,8 +37,6 @@ ETCD_TIMEOUT_S = 30.0
 APISERVER_TIMEOUT_S = 90.0
 COMPONENT_TIMEOUT_S = 60.0
 
-Log = Callable[[str], None]
-
 
 def start_kwok(binary: Path, kubeconfig: Path, work_dir: Path, port: int) -> Process:
     """Start the KWOK controller against any cluster and wait until it serves /healthz."""
@@ -50,12 +49,16 @@ def start_kwok(binary: Path, kubeconfig: Path, work_dir: Path, port: int) -> Pro
         env={**os.environ, "HOME": str(home)},
     )
     process.start()
-    wait_for(
-        "kwok /healthz",
-        lambda: http_ok(f"http://127.0.0.1:{port}/healthz"),
-        COMPONENT_TIMEOUT_S,
-        process,
-    )
+    try:
+        wait_for(
+            "kwok /healthz",
+            lambda: http_ok(f"http://127.0.0.1:{port}/healthz"),
+            COMPONENT_TIMEOUT_S,
+            process,
+        )
+    except BaseException:
+        process.stop()
+        raise
     return process
 
 
@@ -71,9 +74,9 @@ class LocalCluster:
         work_dir: Path | None = None,
         binaries: Binaries | None = None,
         keep_etcd_data: bool = False,
-        log: Log = print,
+        log: Log = say,
     ) -> None:
-        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
         self.work_dir = (work_dir or RUNS_DIR / run_id).resolve()
         self.logs_dir = self.work_dir / "logs"
         self.kubeconfig = self.work_dir / "admin.kubeconfig"
@@ -107,8 +110,7 @@ class LocalCluster:
         binaries = self.binaries
         if self.work_dir.parent == RUNS_DIR:
             _prune_runs(RUNS_DIR, KEEP_RUNS - 1)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        (self.work_dir / OWNER_FILE).write_text(f"{os.getpid()}\n")
+        claim_work_dir(self.work_dir)
         # Registered before the first process starts: an exception or Ctrl-C anywhere later
         # still stops whatever is running by then.
         atexit.register(self.stop)
@@ -271,8 +273,18 @@ class LocalCluster:
             self.kubectl("create", "-f", "-", stdin=node_list_json(manifests))
         return [m["metadata"]["name"] for m in manifests]
 
-    def delete_fake_nodes(self) -> None:
-        self.kubectl("delete", "nodes", "-l", f"{FAKE_NODE_LABEL}={FAKE_NODE_LABEL_VALUE}")
+    def delete_nodes(self, names: Iterable[str] | None = None) -> None:
+        """Delete the named nodes, or every fake node if ``names`` is None."""
+        if names is None:
+            self.kubectl("delete", "nodes", "-l", f"{FAKE_NODE_LABEL}={FAKE_NODE_LABEL_VALUE}")
+        elif names := list(names):
+            self.kubectl("delete", "nodes", "--ignore-not-found", *names)
+
+
+def claim_work_dir(work_dir: Path) -> None:
+    """Create a run directory and mark it as ours, so no other run prunes it while we live."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / OWNER_FILE).write_text(f"{os.getpid()}\n")
 
 
 def _prune_runs(runs_dir: Path, keep: int) -> None:

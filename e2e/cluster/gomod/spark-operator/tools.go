@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package tools pins the operator this module builds.
+package tools
+
+import _ "github.com/kubeflow/spark-operator/v2/cmd/operator"
