@@ -66,3 +66,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: ["rayjobs"]
 {{- end }}
 {{- end -}}
+
+{{/* "true" when the webhook has something to do: enabled, and native-suspend has kinds or
+auto-queue is on. Empty otherwise (no Secret, Service, configuration or server). */}}
+{{- define "kube-queue.webhookNeeded" -}}
+{{- if .Values.webhook.enabled -}}
+{{- if or .Values.webhook.autoQueue.enabled (and .Values.webhook.nativeSuspend (trim (include "kube-queue.suspendRules" .))) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}

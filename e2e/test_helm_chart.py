@@ -1,0 +1,149 @@
+"""The Helm chart: lint, and what each value renders (no cluster needed, only our helm)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from e2e.cluster.build import ensure_binaries
+from e2e.controller import CHART, render_chart
+
+EXTENSIONS = {
+    "tf": ("kubeflow.org", "tfjobs", "tfjob"),
+    "pytorch": ("kubeflow.org", "pytorchjobs", "pytorchjob"),
+    "mpi": ("kubeflow.org", "mpijobs", "mpijob"),
+    "spark": ("sparkoperator.k8s.io", "sparkapplications", "sparkapplication"),
+    "ray": ("ray.io", "rayjobs", "rayjob"),
+    "argo": ("argoproj.io", "workflows", "workflow"),
+}
+
+
+async def render(*values: str) -> dict[str, list[dict[str, Any]]]:
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for manifest in await render_chart(ensure_binaries().helm, *values, namespace="kq"):
+        by_kind.setdefault(manifest["kind"], []).append(manifest)
+    return by_kind
+
+
+def kinds_arg(rendered: dict[str, list[dict[str, Any]]]) -> list[str]:
+    [deployment] = rendered["Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    [flag] = [a for a in args if a.startswith("--kinds=")]
+    return flag.removeprefix("--kinds=").split(",")
+
+
+def rules(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    [role] = rendered["ClusterRole"]
+    result: list[dict[str, Any]] = role["rules"]
+    return result
+
+
+async def test_chart_lints() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        str(ensure_binaries().helm),
+        "lint",
+        "--strict",
+        str(CHART),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()
+
+
+async def test_defaults_queue_only_jobs_with_least_privilege() -> None:
+    rendered = await render()
+    assert kinds_arg(rendered) == ["job"]
+    granted = {
+        (g, r): set(rule["verbs"])
+        for rule in rules(rendered)
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert granted == {
+        ("", "nodes"): {"list", "watch"},
+        ("", "pods"): {"list", "watch"},
+        ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
+        ("", "events"): {"create", "patch"},
+        ("batch", "jobs"): {"list", "watch", "patch"},
+    }
+    [lease_role] = rendered["Role"]
+    assert {tuple(r["verbs"]) for r in lease_role["rules"]} == {("create",), ("get", "update")}
+    assert lease_role["rules"][1]["resourceNames"] == ["kube-queue"]
+    # No suspend-annotation kinds enabled and auto-queue off: the webhook has nothing to do.
+    assert "MutatingWebhookConfiguration" not in rendered
+    assert (
+        "--webhook-port=9443"
+        not in rendered["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+
+
+@pytest.mark.parametrize("extension", sorted(EXTENSIONS))
+async def test_each_extension_adds_its_kind_and_only_its_rbac(extension: str) -> None:
+    group, resource, kind = EXTENSIONS[extension]
+    rendered = await render(f"extension.{extension}.enable=true")
+    assert kinds_arg(rendered) == ["job", kind]
+    extra = [
+        rule
+        for rule in rules(rendered)
+        if rule["apiGroups"] not in ([""], ["batch"], ["scheduling.k8s.io"])
+    ]
+    assert extra == [
+        {"apiGroups": [group], "resources": [resource], "verbs": ["list", "watch", "patch"]}
+    ]
+    hooked = {
+        r
+        for config in rendered.get("MutatingWebhookConfiguration", [])
+        for hook in config["webhooks"]
+        for rule in hook["rules"]
+        for r in rule["resources"]
+    }
+    assert hooked == (set() if extension == "argo" else {resource})
+
+
+async def test_all_extensions_together() -> None:
+    rendered = await render(*(f"extension.{e}.enable=true" for e in EXTENSIONS))
+    assert kinds_arg(rendered) == [
+        "job",
+        "tfjob",
+        "pytorchjob",
+        "mpijob",
+        "sparkapplication",
+        "rayjob",
+        "workflow",
+    ]
+    kubeflow = [r for r in rules(rendered) if r["apiGroups"] == ["kubeflow.org"]]
+    assert kubeflow[0]["resources"] == ["tfjobs", "pytorchjobs", "mpijobs"]
+
+
+async def test_pod_runs_as_non_root_read_only_with_probes_and_webhook_cert() -> None:
+    rendered = await render("webhook.autoQueue.enabled=true", "webhook.failurePolicy=Ignore")
+    [deployment] = rendered["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    [container] = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "--webhook-port=9443" in container["args"]
+    assert pod["volumes"][0]["secret"]["secretName"] == "e2e-kube-queue-webhook-tls"
+    [config] = rendered["MutatingWebhookConfiguration"]
+    [hook] = config["webhooks"]
+    assert hook["name"] == "auto-queue.kube-queue.io"
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["namespaceSelector"] == {"matchLabels": {"kube-queue.io/managed": "true"}}
+    assert rendered["Service"][0]["metadata"]["name"] in (
+        "e2e-kube-queue-metrics",
+        "e2e-kube-queue-webhook",
+    )
+
+
+async def test_leader_election_off_drops_the_lease_role() -> None:
+    rendered = await render("leaderElection.enabled=false")
+    assert "Role" not in rendered
+    [deployment] = rendered["Deployment"]
+    assert "--no-leader-elect" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
