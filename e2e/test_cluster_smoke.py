@@ -115,8 +115,13 @@ async def test_suspended_job_stays_suspended_without_pods(
     assert job["status"].get("active", 0) == 0
     assert "startTime" not in job["status"]
 
-    # kubectl 1.36 prints: NAME  STATUS  COMPLETIONS  DURATION  AGE
+    # kubectl 1.36 prints e.g.
+    #   NAME   STATUS      COMPLETIONS   DURATION   AGE
+    #   held   Suspended   0/1                      6s
+    # DURATION stays blank: a Job that never started has no duration.
     header, row = (await kubectl("get", "job", "held", "-n", namespace)).splitlines()
     assert header.split() == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
-    name, status, completions, *_ = row.split()
+    name, status, completions, age = row.split()
     assert (name, status, completions) == ("held", "Suspended", "0/1")
+    assert age.endswith("s")
+    assert row[header.index("DURATION") : header.index("AGE")].strip() == ""

@@ -104,7 +104,7 @@ class NodeSpec:
             if key in fields:
                 fields[key] = str(fields[key])
         spec = cls(**fields)
-        if count == 1 and "count" not in data:
+        if "count" not in data:
             return [spec]
         return [cls(**{**fields, "name": f"{spec.name}-{index}"}) for index in range(count)]
 
