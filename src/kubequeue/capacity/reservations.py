@@ -184,8 +184,13 @@ class Reservations:
         # relocate() moves it as soon as a better place frees up.
         eligible = self._cache.feasible(ps.constraints)
         if not eligible:
-            log.info("reservation.unplaced", job="/".join(job), pod_set=ps.name, pods=count,
-                     why="no schedulable node can take these pods yet")
+            log.info(
+                "reservation.unplaced",
+                job="/".join(job),
+                pod_set=ps.name,
+                pods=count,
+                why="no schedulable node can take these pods yet",
+            )
             self._add(held, ps.name, UNPLACED, count)
             return
         node = max(eligible, key=lambda n: _roominess(self._cache.nodes[n].free, ps))
