@@ -67,7 +67,16 @@ class AdmissionLoop:
                 self._wakeup = anyio.Event()
                 started = time.perf_counter()
                 result = self.cycle.run()
-                metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                metrics.CYCLE_SECONDS.observe(elapsed)
+                if result.evaluated or result.admitted:
+                    log.debug(
+                        "admission.cycle",
+                        evaluated=result.evaluated,
+                        admitted=len(result.admitted),
+                        waiting=result.waiting,
+                        ms=round(elapsed * 1000, 2),
+                    )
                 for notice in result.notices:
                     self._publish(notice)
                 for admission in result.admitted:
