@@ -192,3 +192,18 @@ def test_hold_moves_off_a_node_that_was_deleted() -> None:
     assert tracker.reservations._held[("Job", "default", "first")].placed["main"] == {
         ({"a", "b"} - {reserved_on}).pop(): 1
     }
+
+
+def test_a_starved_job_stops_backfill_behind_it() -> None:
+    """BestEffortFIFO lets small jobs pass a big one, but not forever."""
+    for now, expected in ((1000.0, ["small"]), (5000.0, [])):
+        tracker, _ = make(b.node("n", gpu=4))
+        cycle = AdmissionCycle(tracker, starvation_seconds=1800, wall_clock=lambda now=now: now)
+        tracker.cache.upsert_pod(b.pod("busy", "n", {GPU: "2"}), None)
+        big = gpu_job("big", gpus=4, created="1970-01-01T00:00:00Z")
+        tracker.observe(JOB, big)
+        tracker.observe(JOB, gpu_job("small", gpus=1, created="1970-01-01T00:00:01Z"))
+        assert admitted_names(cycle.run()) == expected, f"now={now}"
+        assert cycle.blocked_by is (
+            None if expected else tracker.queue.get(("Job", "default", "big"))
+        )

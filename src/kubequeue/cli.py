@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a job that does not fit blocks the jobs behind it",
     )
+    run.add_argument(
+        "--starvation-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds a job may wait (BestEffortFIFO) before jobs behind it stop jumping ahead "
+        "of it (0: never)",
+    )
     run.add_argument("--max-inflight", type=int, default=16)
 
     queue = sub.add_parser("queue", help="show the queue of a running controller")
@@ -120,6 +127,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         lease_name=args.lease_name,
         strict_fifo=args.strict_fifo,
         max_inflight=args.max_inflight,
+        starvation_seconds=args.starvation_timeout,
         **extra,
     )
 

@@ -63,7 +63,11 @@ class Controller:
         for adapter in self.adapters:
             self.tracker.register(adapter)
         self.events = EventRecorder(client)
-        self.cycle = AdmissionCycle(self.tracker, strict_fifo=settings.strict_fifo)
+        self.cycle = AdmissionCycle(
+            self.tracker,
+            strict_fifo=settings.strict_fifo,
+            starvation_seconds=settings.starvation_seconds,
+        )
         self.loop = AdmissionLoop(
             self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight
         )

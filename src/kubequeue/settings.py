@@ -63,6 +63,9 @@ class Settings:
     strict_fifo: bool = False
     """StrictFIFO: a job that does not fit blocks every job behind it (no backfill). The default,
     BestEffortFIFO, lets smaller jobs behind it run; invalid and never-fitting jobs never block."""
+    starvation_seconds: float = 1800.0
+    """Under BestEffortFIFO, a job that has waited this long (since creation) without fitting
+    stops backfilling behind it, so big gang jobs cannot starve. 0 disables."""
     max_inflight: int = 16
     """Admission patches in flight at once."""
     watch_timeout: int = 300

@@ -19,10 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import structlog
+
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.fit import Assignment, explain, place
 from kubequeue.queueing.queue import QueuedJob
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["Admission", "AdmissionCycle", "CycleResult"]
 
@@ -47,12 +51,17 @@ class AdmissionCycle:
         tracker: JobTracker,
         *,
         strict_fifo: bool = False,
+        starvation_seconds: float = 0.0,
         explain_budget: int = 25,
         report_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.tracker = tracker
         self.strict_fifo = strict_fifo
+        self.starvation_seconds = starvation_seconds
+        self._wall_clock = wall_clock
+        self.blocked_by: QueuedJob | None = None
         self.explain_budget = explain_budget
         self.report_interval = report_interval
         self._clock = clock
@@ -64,6 +73,8 @@ class AdmissionCycle:
         tracker.reservations.relocate()
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
+        starved_before = self._wall_clock() - self.starvation_seconds
+        blocked_by: QueuedJob | None = None
         for job in tracker.queue.ordered():  # step 1
             if job.key in tracker.inflight:
                 continue
@@ -74,7 +85,8 @@ class AdmissionCycle:
                 continue
             if job.failed_at == generation:
                 result.waiting += 1
-                if self.strict_fifo:
+                if self._blocks(job, starved_before):
+                    blocked_by = job
                     break
                 continue
             result.evaluated += 1
@@ -87,9 +99,36 @@ class AdmissionCycle:
             result.waiting += 1
             if budget > 0 and self._explain(result, job):  # step 5
                 budget -= 1
-            if self.strict_fifo and not job.never_fits:
+            if not job.never_fits and self._blocks(job, starved_before):
+                blocked_by = job
                 break
+        self._note_blocking(blocked_by)
         return result
+
+    def _blocks(self, job: QueuedJob, starved_before: float) -> bool:
+        """Whether a job that does not fit stops the jobs behind it from being admitted.
+
+        Always under StrictFIFO. Under BestEffortFIFO only once it has waited longer than
+        ``starvation_seconds``: until then smaller jobs may fill the gaps it cannot use, after
+        that the gaps are left to grow until it fits, so a big gang job cannot starve forever
+        behind a stream of small ones.
+        """
+        if self.strict_fifo:
+            return True
+        return bool(self.starvation_seconds) and job.created_epoch < starved_before
+
+    def _note_blocking(self, job: QueuedJob | None) -> None:
+        if job is self.blocked_by:
+            return
+        if job is not None and not self.strict_fifo:
+            log.info(
+                "queue.holding_for_starved_job",
+                job="/".join(job.key),
+                waited_s=round(self._wall_clock() - job.created_epoch),
+                why="it has waited longer than the starvation timeout; jobs behind it wait "
+                "until it fits",
+            )
+        self.blocked_by = job
 
     def _explain(self, result: CycleResult, job: QueuedJob) -> bool:
         """Refresh the job's reasons if they are stale; True if work was spent."""

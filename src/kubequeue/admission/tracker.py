@@ -13,6 +13,7 @@ restart rebuilds exactly the same state; no event has to be seen for the state t
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -123,6 +124,7 @@ class JobTracker:
             resource_version=str(meta.get("resourceVersion", "")),
             priority=self.default_priority,
             created=str(meta.get("creationTimestamp", "")),
+            created_epoch=_epoch(str(meta.get("creationTimestamp", ""))),
             first_seen=previous.first_seen if previous else self._clock(),
         )
         class_name = adapter.priority_class_name(obj)
@@ -206,6 +208,13 @@ class JobTracker:
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change()
+
+
+def _epoch(rfc3339: str) -> float:
+    try:
+        return datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
 
 
 def _same_demand(a: Sequence[PodSet], b: Sequence[PodSet]) -> bool:

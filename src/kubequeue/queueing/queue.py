@@ -33,6 +33,7 @@ class QueuedJob:
     resource_version: str
     priority: int
     created: str  # RFC 3339, which sorts correctly as text
+    created_epoch: float = 0.0  # the same instant as seconds, for "how long has it waited"
     pod_sets: Sequence[PodSet] = ()
     # Why the job cannot be considered at all (bad input); None when it can be.
     problem: str | None = None
