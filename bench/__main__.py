@@ -1,0 +1,141 @@
+"""``python -m bench``: measure, then print Markdown tables (see docs/benchmarks.md).
+
+Memory is measured in fresh child processes (``--child memory``) so the peak RSS is the state's,
+not the leftovers of the timed runs; the scaling table runs each other size in a child too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.figures import core_run, memory_run
+from bench.harness import quiet_logs
+from bench.report import machine, print_scaling, print_summary, summarise
+from bench.state import Sizes
+
+_ROOT = Path(__file__).resolve().parent.parent  # the child runs ``python -m bench`` from here
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--nodes", type=int, default=5_000)
+    p.add_argument("--pods", type=int, default=None, help="running pods (default: 10 per node)")
+    p.add_argument("--jobs", type=int, default=None, help="queued jobs (default: 2 per node)")
+    p.add_argument("--seed", type=int, default=6)
+    p.add_argument("--runs", type=int, default=3, help="runs per figure (median and spread)")
+    p.add_argument("--latency-samples", type=int, default=300,
+                   help="pod deletions, each followed by one cycle, per run")
+    p.add_argument("--drain-batch", type=int, default=None,
+                   help="pods that end per drain round (default: 1%% of running pods)")
+    p.add_argument("--drain-rounds", type=int, default=300, help="most drain rounds per run")
+    p.add_argument("--reference-lines", type=int, default=5_000,
+                   help="pod lines decoded by kubernetes-asyncio for the reference figure")
+    p.add_argument("--scaling", default="1000,5000,20000",
+                   help="node counts for the scaling table ('' to skip)")
+    p.add_argument("--scaling-runs", type=int, default=1)
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes, one run, no scaling table: a few seconds")
+    p.add_argument("--json", metavar="PATH", help="also write every raw result as JSON here")
+    p.add_argument("--child", choices=("core", "memory", "memory-trace"), help=argparse.SUPPRESS)
+    return p
+
+
+def _sizes(args: argparse.Namespace, nodes: int | None = None) -> Sizes:
+    n = nodes if nodes is not None else args.nodes
+    if nodes is not None:
+        return Sizes.per_node(n, args.seed)
+    return Sizes(
+        n,
+        args.pods if args.pods is not None else n * 10,
+        args.jobs if args.jobs is not None else n * 2,
+        args.seed,
+    )
+
+
+def _core(args: argparse.Namespace, sizes: Sizes, runs: int) -> dict[str, Any]:
+    results = []
+    for _ in range(runs):
+        results.append(
+            core_run(
+                sizes,
+                latency_samples=args.latency_samples,
+                drain_batch=args.drain_batch or max(1, sizes.pods // 100),
+                drain_rounds=args.drain_rounds,
+                reference_lines=args.reference_lines,
+            )
+        )
+    return {"summary": summarise(results), "raw": results}
+
+
+def _child(args: argparse.Namespace, mode: str, sizes: Sizes, runs: int = 1) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "bench", "--child", mode,
+        "--nodes", str(sizes.nodes), "--pods", str(sizes.pods), "--jobs", str(sizes.jobs),
+        "--seed", str(sizes.seed), "--runs", str(runs),
+        "--latency-samples", str(args.latency_samples), "--drain-rounds", str(args.drain_rounds),
+        "--reference-lines", str(args.reference_lines),
+    ]
+    if args.drain_batch:
+        cmd += ["--drain-batch", str(args.drain_batch)]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=_ROOT)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _memory(args: argparse.Namespace, sizes: Sizes) -> tuple[dict[str, Any], dict[str, Any]]:
+    return _child(args, "memory", sizes), _child(args, "memory-trace", sizes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    quiet_logs()
+    if args.quick:
+        args.nodes, args.pods, args.jobs = 200, 2_000, 400
+        args.runs, args.latency_samples, args.drain_rounds = 1, 40, 40
+        args.reference_lines, args.scaling = 300, ""
+    sizes = _sizes(args)
+    if args.child:
+        if args.child == "core":
+            out: dict[str, Any] = _core(args, sizes, args.runs)
+        else:
+            out = memory_run(sizes, trace=args.child == "memory-trace")
+        json.dump(out, sys.stdout)
+        return 0
+
+    started = time.perf_counter()
+    print(f"# kube-queue admission-core benchmark\n\nMachine: {machine()}. Seed {args.seed}.")
+    main_result = _core(args, sizes, args.runs)
+    memory, memory_trace = _memory(args, sizes)
+    print_summary(main_result["summary"], {**memory, **memory_trace})
+    report: dict[str, Any] = {"main": main_result, "memory": memory,
+                              "memory_trace": memory_trace, "scaling": []}
+    scale = [int(x) for x in args.scaling.split(",") if x.strip()]
+    if scale:
+        rows = []
+        for n in scale:
+            s = Sizes.per_node(n, args.seed)
+            if s == sizes:
+                row = {"summary": main_result["summary"], "memory": memory,
+                       "memory_trace": memory_trace}
+            else:
+                core = _child(args, "core", s, args.scaling_runs)
+                mem, trace = _memory(args, s)
+                row = {"summary": core["summary"], "memory": mem, "memory_trace": trace}
+            rows.append(row)
+        report["scaling"] = rows
+        print_scaling(rows)
+    print(f"\n(bench wall time {time.perf_counter() - started:.0f} s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

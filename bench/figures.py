@@ -1,0 +1,220 @@
+"""Each measured figure, as a function over a fresh production wiring.
+
+Only the core's work is inside a timed section: generating lines, the simulated API writes and
+bookkeeping of the simulated cluster happen between timings. The cyclic GC stays on (it runs in
+production too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import os
+import resource
+import time
+import tracemalloc
+from typing import Any
+
+from bench.check import accounting_problems
+from bench.harness import LOG_EVENTS, Harness
+from bench.sim import Simulator
+from bench.state import Cluster, Sizes, priority_class_lines
+from kubequeue.kube import informer as informer_module
+
+__all__ = ["core_run", "memory_run", "reference_rate"]
+
+clock = time.perf_counter
+
+
+def reference_rate(lines: list[bytes]) -> float:
+    """Pod watch lines/s through kubernetes-asyncio's own watch decoding
+    (``Watch.unmarshal_event``: json.loads, then ApiClient.deserialize into V1Pod)."""
+    from kubernetes_asyncio.watch import Watch
+
+    async def run() -> float:
+        watch = Watch()
+        try:
+            started = clock()
+            for line in lines:
+                watch.unmarshal_event(line, "V1Pod")
+            return len(lines) / (clock() - started)
+        finally:
+            await watch._api_client.close()
+
+    return asyncio.run(run())
+
+
+def decode_rate(h: Harness, lines: list[bytes]) -> float:
+    """Pod watch lines/s through the informer's decoders only (no cache update)."""
+    events = informer_module._event_decoder
+    pods = h.pod_informer.codec.item_decoder
+    started = clock()
+    for line in lines:
+        pods.decode(events.decode(line).object)
+    return len(lines) / (clock() - started)
+
+
+def core_run(
+    sizes: Sizes,
+    *,
+    latency_samples: int,
+    drain_batch: int,
+    drain_rounds: int,
+    reference_lines: int,
+) -> dict[str, Any]:
+    """One full run on a fresh state: ingest, first cycle, latency samples, then the drain."""
+    LOG_EVENTS.clear()
+    cluster = Cluster(sizes)
+    h = Harness()
+    sim = Simulator(cluster, h, seed=sizes.seed)
+    out: dict[str, Any] = {}
+
+    # ---- initial sync; the pod ADDED stream is the ingest figure
+    h.feed_nodes(cluster.node_lines())
+    pod_lines = sim.pod_lines()
+    out["pod_line_bytes"] = sum(map(len, pod_lines)) / len(pod_lines)
+    started = clock()
+    h.feed_pods(pod_lines)
+    seconds = clock() - started
+    out["ingest_eps"] = len(pod_lines) / seconds
+    sample = pod_lines[: max(1, min(reference_lines, len(pod_lines)))]
+    out["decode_eps"] = decode_rate(h, sample)
+    out["reference_eps"] = reference_rate(sample) if reference_lines else 0.0
+    out["reference_lines"] = len(sample) if reference_lines else 0
+    del pod_lines, sample
+    h.feed_priority_classes(priority_class_lines())
+    running_jobs = sim.running_job_lines()
+    queued_jobs = sim.queued_job_lines()
+    started = clock()
+    h.feed_jobs(running_jobs)
+    h.feed_jobs(queued_jobs)
+    seconds = clock() - started
+    out["job_ingest_jps"] = (len(running_jobs) + len(queued_jobs)) / seconds
+    del running_jobs, queued_jobs
+    out["nodes"] = len(h.cache.nodes)
+    out["pods"] = h.cache.pod_count
+    out["queued"] = len(h.queue)
+
+    # ---- the first cycle sees every queued job at once (cold start / failover)
+    started = clock()
+    first = h.cycle.run()
+    out["first_cycle_s"] = clock() - started
+    out["first_cycle_evaluated"] = first.evaluated
+    out["first_cycle_admitted"] = len(first.admitted)
+    sim.admit(first)
+    while True:  # settle: the admissions' pods are bound; nothing else fits right now
+        again = h.cycle.run()
+        if not again.admitted:
+            break
+        sim.admit(again)
+
+    # ---- latency: one pod ends -> the cycle the loop runs for it returns
+    enabled: list[float] = []
+    idle: list[float] = []
+    cycle = h.cycle
+    dispatch = h.pod_informer._dispatch
+    for pod in itertools.islice(sim.free_pods(), latency_samples):
+        line = cluster.pod_line(pod, "DELETED")
+        started = clock()
+        dispatch(line)
+        result = cycle.run()
+        elapsed = clock() - started
+        (enabled if result.admitted else idle).append(elapsed)
+        sim.admit(result)
+    out["latency_enabled_s"] = enabled
+    out["latency_idle_s"] = idle
+
+    # ---- drain: workloads end in batches, each followed by one cycle
+    evaluated = admitted = rounds = 0
+    cycle_s = ingest_s = bind_s = 0.0
+    freed_pods = bound_pods = 0
+    cycle_times: list[float] = []
+    drain_started = clock()
+    while rounds < drain_rounds and len(h.queue):
+        finishing = sim.pick_finishing(drain_batch)
+        job_lines, del_lines = sim.finish_lines(finishing)
+        started = clock()
+        h.feed_jobs(job_lines)
+        h.feed_pods(del_lines)
+        mid = clock()
+        result = cycle.run()
+        done = clock()
+        ingest_s += mid - started
+        cycle_s += done - mid
+        cycle_times.append(done - mid)
+        freed_pods += len(del_lines)
+        evaluated += result.evaluated
+        admitted += len(result.admitted)
+        rounds += 1
+        started = clock()
+        bound_pods += sim.admit(result)
+        bind_s += clock() - started
+        if not result.admitted and not sim.running:
+            break
+        if not finishing and sim.only_hopeless_left():
+            break
+    out["drain"] = {
+        "rounds": rounds,
+        "batch_pods": drain_batch,
+        "freed_pods": freed_pods,
+        "evaluated": evaluated,
+        "admitted": admitted,
+        "cycle_s": cycle_s,
+        "cycle_times_s": cycle_times,
+        "delete_ingest_s": ingest_s,
+        "bind_s": bind_s,
+        "bound_pods": bound_pods,
+        "wall_s": clock() - drain_started,
+        "left_queued": len(h.queue),
+        "left_hopeless": sum(1 for j in h.queue.ordered() if j.problem or j.never_fits),
+    }
+    out["admitted_total"] = sim.admitted
+    out["problems"] = accounting_problems(h, cluster)
+    out["log_events"] = dict(LOG_EVENTS)
+    return out
+
+
+def _rss_mib() -> float:
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def memory_run(sizes: Sizes, *, trace: bool) -> dict[str, float]:
+    """Build the whole state in this (fresh) process, feeding lines as they are generated so
+    the generator's own data is not what is measured; then run one admission cycle."""
+    h = Harness()
+    gc.collect()
+    baseline = _rss_mib()
+    if trace:
+        tracemalloc.start()
+    cluster = Cluster(sizes, keep=False)
+    h.feed_nodes(cluster.node_lines())
+    for w in cluster.running_workloads():
+        h.feed_pods([cluster.pod_line(p) for p in w.pods])
+        if w.kind == "Job":
+            w_lines = [cluster.job_line(w, suspend=False)]
+            h.feed_jobs(w_lines)
+        w.pods = []
+    h.feed_priority_classes(priority_class_lines())
+    for w in cluster.queued_jobs():
+        h.feed_jobs([cluster.job_line(w, suspend=True)])
+    del cluster
+    h.cycle.run()
+    gc.collect()
+    out = {
+        "baseline_rss_mib": baseline,
+        "rss_mib": _rss_mib(),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "pods": float(h.cache.pod_count),
+        "queued": float(len(h.queue)),
+    }
+    if trace:
+        current, peak = tracemalloc.get_traced_memory()
+        out["heap_mib"] = current / 2**20
+        out["heap_peak_mib"] = peak / 2**20
+        tracemalloc.stop()
+    return out

@@ -1,0 +1,42 @@
+"""Keeps the benchmark from rotting: ``python -m bench --quick`` runs end to end and its numbers
+are sane. It asserts nothing about speed (benchmarks are not timed tests)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from bench.__main__ import main
+
+
+def test_quick_bench_runs_and_never_overcommits(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["--quick", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "pod watch-event ingest" in printed
+    report = json.loads(out.read_text())
+    (run,) = report["main"]["raw"]
+
+    assert run["pods"] == 2_000 and run["queued"] > 0
+    assert run["ingest_eps"] > 0 and run["decode_eps"] > 0 and run["reference_eps"] > 0
+    drain = run["drain"]
+    assert drain["rounds"] > 0 and drain["evaluated"] > 0
+    assert drain["admitted"] > 0, "capacity was freed but the drain admitted nothing"
+    assert run["latency_enabled_s"], "no pod deletion enabled an admission"
+    assert all(x > 0 for x in run["latency_enabled_s"] + run["latency_idle_s"])
+
+    # Independent recomputation from the cache's pods and the held reservations: no node's
+    # used + reserved exceeds allocatable, and the incremental bookkeeping matches.
+    assert run["problems"] == []
+    for event in ("reservation.overcommitted", "reservation.no_node",
+                  "informer.handler_failed", "informer.undecodable"):
+        assert event not in run["log_events"], run["log_events"]
+
+    for key in ("memory", "memory_trace"):
+        mem = report[key]
+        assert mem["pods"] == 2_000 and mem["peak_rss_mib"] > 0
+    assert 0 < report["memory_trace"]["heap_mib"] < report["memory_trace"]["peak_rss_mib"]
+    assert not math.isnan(report["main"]["summary"]["figures"]["decisions_per_s"]["median"])
