@@ -107,8 +107,77 @@ def _max_into(target: Resources, other: Mapping[str, int]) -> None:
             target[name] = amount
 
 
+# The pods of one workload are identical in everything that decides their request, and a cluster
+# runs a few hundred distinct shapes, so each shape is validated, parsed and interned once. The
+# key is the raw text of every quantity (the API server always sends quantities as strings; keys
+# with anything else are not stored, so a number that merely compares equal to a string's value,
+# or a bool equal to 1, can never be answered from another entry).
+_REQUESTS_MAX = 16_384
+_requests: dict[tuple[Any, ...], Resources] = {}
+# Markers between the sections of a key: never equal to a resource name or a quantity.
+_APP = object()
+_INIT = object()
+_LIMITS = object()
+_OVERHEAD = object()
+
+
+def _request_key(spec: PodSpec) -> tuple[Any, ...]:
+    """Everything the effective request depends on, flat: per container a marker, its requests,
+    a marker, its limits; the same for init containers (plus their restart policy), then the
+    overhead. (The usual single plain container leaves out the leading marker: only keys of
+    other shapes start with one, so the two forms never meet.)"""
+    containers = spec.containers
+    if len(containers) == 1 and not spec.initContainers and not spec.overhead:
+        r = containers[0].resources
+        return (*r.requests.items(), _LIMITS, *r.limits.items())
+    key: list[Any] = []
+    for c in containers:
+        r = c.resources
+        key.append(_APP)
+        key += r.requests.items()
+        key.append(_LIMITS)
+        key += r.limits.items()
+    if spec.initContainers:
+        for c in spec.initContainers:
+            r = c.resources
+            key.append(_INIT)
+            key.append(c.restartPolicy)
+            key += r.requests.items()
+            key.append(_LIMITS)
+            key += r.limits.items()
+    if spec.overhead:
+        key.append(_OVERHEAD)
+        key += spec.overhead.items()
+    return tuple(key)
+
+
+def _all_text(spec: PodSpec) -> bool:
+    for c in (*spec.containers, *spec.initContainers):
+        for quantities in (c.resources.requests, c.resources.limits):
+            for value in quantities.values():
+                if type(value) is not str:
+                    return False
+    return all(type(value) is str for value in spec.overhead.values())
+
+
+def cached_pod_request(spec: PodSpec) -> Resources | None:
+    """``pod_request(spec)`` if this shape was computed before, else None (cheap; no errors)."""
+    return _requests.get(_request_key(spec))
+
+
 def pod_request(spec: PodSpec, where: str = "pod") -> Resources:
     """The scheduler's effective request of one pod, plus one slot of ``pods``. Interned."""
+    key = _request_key(spec)
+    found = _requests.get(key)
+    if found is not None:
+        return found
+    request = _compute_pod_request(spec, where)
+    if len(_requests) < _REQUESTS_MAX and _all_text(spec):
+        _requests[key] = request
+    return request
+
+
+def _compute_pod_request(spec: PodSpec, where: str) -> Resources:
     app: Resources = {}
     for c in spec.containers:
         resources.add_into(app, _container_request(c, f"{where} container {c.name!r}"))

@@ -10,7 +10,9 @@ real when the Node arrives, so no usage is ever lost to ordering.
 Two counters let the admission loop skip work: ``freed_generation`` moves whenever some node gains
 free capacity (only then can a job that did not fit start to fit), ``nodes_generation`` whenever
 node labels, taints, schedulability or allocatable change (only then do memoised feasible-node sets
-and "can never fit" verdicts go stale).
+and "can never fit" verdicts go stale). ``freed_since`` tells which nodes gained capacity after a
+given ``freed_generation``, so a job that did not fit is judged again only if one of those nodes
+can take one of its pods: the cost of a cycle follows what changed, not the size of the queue.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import structlog
 
 from kubequeue import resources
 from kubequeue.capacity.index import FreeIndex
-from kubequeue.demand import DemandError, parse_resource_map, pod_request
+from kubequeue.demand import DemandError, cached_pod_request, parse_resource_map, pod_request
 from kubequeue.objects import Node, Pod, Taint
 from kubequeue.resources import Resources
 from kubequeue.scheduling import NodeConstraints
@@ -36,6 +38,7 @@ JobKey = tuple[str, str, str]  # (kind, namespace, name)
 PodOwner = tuple[JobKey, str | None]  # (job, pod set name if the pod's labels say it)
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+_FREED_LOG_MAX = 8192
 
 
 @dataclass(slots=True)
@@ -47,18 +50,30 @@ class NodeState:
     ready: bool = False
     unschedulable: bool = False
     known: bool = False  # False: a placeholder made by a pod that arrived before its Node
-    used: Resources = field(default_factory=dict)
     reserved: Resources = field(default_factory=dict)
+    # Kept equal to allocatable - used - reserved by every change (pod events touch only this
+    # and ``pods``; ``used`` is derived when asked for).
     free: Resources = field(default_factory=dict)
+    pods: int = 0  # pods charged to this node (so "does any pod use it" is O(1))
 
     @property
     def schedulable(self) -> bool:
         return self.known and self.ready and not self.unschedulable
 
-    def recompute_free(self) -> None:
-        free = dict(self.allocatable)
-        resources.sub_into(free, self.used)
-        resources.sub_into(free, self.reserved)
+    @property
+    def used(self) -> Resources:
+        """Requests of the pods charged to this node: allocatable - free - reserved."""
+        used = dict(self.allocatable)
+        resources.sub_into(used, self.free)
+        resources.sub_into(used, self.reserved)
+        return used
+
+    def set_allocatable(self, allocatable: Resources) -> None:
+        """New allocatable; free moves by the difference (used and reserved are unchanged)."""
+        free = dict(self.free)
+        resources.sub_into(free, self.allocatable)
+        resources.add_into(free, allocatable)
+        self.allocatable = allocatable
         self.free = free
 
 
@@ -77,11 +92,23 @@ class CapacityCache:
         self.nodes: dict[str, NodeState] = {}
         self._pods: dict[str, _PodUsage] = {}
         self._index = FreeIndex()
+        # Nodes whose free capacity or schedulability changed since the index was last brought
+        # up to date (insertion-ordered). The index is read only by candidates(), which updates
+        # it first, so a burst of pod events costs one index update per node, not per event.
+        self._stale: dict[str, None] = {}
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
+        self._groups: dict[NodeConstraints, list[tuple[Resources, int]]] = {}
+        self._most: dict[tuple[NodeConstraints, str], tuple[int, int]] = {}
+        # Moves whenever any node's free capacity or schedulability changes (memo validity).
+        self.version = 0
         self._bound: dict[JobKey, Counter[str | None]] = {}
         self._on_freed = on_freed
         self.freed_generation = 0
         self.nodes_generation = 0
+        # Nodes that gained free capacity, one entry per freed_generation step:
+        # _freed_log[i] is the node of step _freed_base + i + 1. Trimmed to the recent past.
+        self._freed_log: list[str] = []
+        self._freed_base = 0
 
     # ----------------------------------------------------------------- sizes, for metrics
     @property
@@ -114,16 +141,16 @@ class CapacityCache:
         if not changed:
             return  # a heartbeat: nothing a decision depends on moved
         state.known = True
-        state.allocatable = resources.intern(allocatable)
+        state.set_allocatable(resources.intern(allocatable))
         state.ready = ready
         state.unschedulable = node.spec.unschedulable
         state.taints = taints
         state.labels = labels
-        state.recompute_free()
         self._node_changed(state)
         self.nodes_generation += 1
         self._feasible.clear()
-        self._freed()
+        self._groups.clear()
+        self._freed(name)
 
     def delete_node(self, name: str) -> None:
         state = self.nodes.get(name)
@@ -131,56 +158,89 @@ class CapacityCache:
             return
         self._index.remove(name)
         self._feasible.clear()
+        self._groups.clear()
         self.nodes_generation += 1
-        if self._pods_on(name) or state.reserved:
+        if state.pods or state.reserved:
             # Pods still reference it (they will be deleted by the pod GC); keep the usage.
             state.known = False
         else:
             del self.nodes[name]
 
-    def _pods_on(self, name: str) -> bool:
-        return any(p.node == name for p in self._pods.values())
-
     def _node_changed(self, state: NodeState) -> None:
-        if state.schedulable:
-            self._index.update(state.name, state.free)
-        else:
-            self._index.remove(state.name)
+        self._stale[state.name] = None
+        self.version += 1
 
-    def _freed(self) -> None:
+    def _refresh_index(self) -> None:
+        nodes = self.nodes
+        index = self._index
+        for name in self._stale:
+            state = nodes.get(name)
+            if state is not None and state.schedulable:
+                index.update(name, state.free)
+            else:
+                index.remove(name)
+        self._stale.clear()
+
+    def _freed(self, node: str) -> None:
         self.freed_generation += 1
+        entries = self._freed_log
+        entries.append(node)
+        if len(entries) > _FREED_LOG_MAX:
+            drop = len(entries) - _FREED_LOG_MAX // 2
+            del entries[:drop]
+            self._freed_base += drop
         if self._on_freed is not None:
             self._on_freed()
+
+    def freed_since(self, generation: int) -> list[str] | None:
+        """Nodes that gained free capacity after ``freed_generation`` was ``generation`` (oldest
+        first, repeats possible); None when that is too long ago to be known."""
+        start = generation - self._freed_base
+        if start < 0:
+            return None
+        return self._freed_log[start:]
 
     # ----------------------------------------------------------------- pods
     def upsert_pod(self, pod: Pod, owner: PodOwner | None) -> JobKey | None:
         """Account a pod. Returns the job whose bound-pod count changed, if any."""
+        # The watch hot path (one call per pod event): kept free of avoidable calls/allocations.
         uid = pod.metadata.uid
-        node = pod.spec.nodeName
+        spec = pod.spec
+        node = spec.nodeName
         if not node or pod.status.phase in _TERMINAL:
             return self.delete_pod(uid)
         current = self._pods.get(uid)
-        try:
-            request = pod_request(pod.spec, f"pod {pod.metadata.namespace}/{pod.metadata.name}")
-        except DemandError as exc:
-            # The API server validated this pod; if we cannot read it, count what we can: the slot.
-            log.warning("pod.bad_request", error=str(exc))
-            request = resources.intern({resources.PODS: 1000})
+        request = cached_pod_request(spec)
+        if request is None:
+            try:
+                request = pod_request(spec, f"pod {pod.metadata.namespace}/{pod.metadata.name}")
+            except DemandError as exc:
+                # The API server validated this pod; if we cannot read it, count what we can: the
+                # slot.
+                log.warning("pod.bad_request", error=str(exc))
+                request = resources.intern({resources.PODS: 1000})
         if current is not None:
             if current.node == node and current.request is request and current.owner == owner:
                 return None
             self.delete_pod(uid)
-        self._pods[uid] = _PodUsage(node=node, request=request, owner=owner)
+        self._pods[uid] = _PodUsage(node, request, owner)
         state = self.nodes.get(node)
         if state is None:
             state = NodeState(name=node)
             self.nodes[node] = state
-        resources.add_into(state.used, request)
-        resources.sub_into(state.free, request)
-        self._node_changed(state)
+        free = state.free
+        for name, amount in request.items():
+            free[name] = free.get(name, 0) - amount
+        state.pods += 1
+        self._stale[node] = None
+        self.version += 1
         if owner is not None:
-            self._bound.setdefault(owner[0], Counter())[owner[1]] += 1
-            return owner[0]
+            job, pod_set = owner
+            counts = self._bound.get(job)
+            if counts is None:
+                counts = self._bound[job] = Counter()
+            counts[pod_set] += 1
+            return job
         return None
 
     def delete_pod(self, uid: str) -> JobKey | None:
@@ -189,13 +249,13 @@ class CapacityCache:
             return None
         state = self.nodes.get(usage.node)
         if state is not None:
-            resources.sub_into(state.used, usage.request)
             resources.add_into(state.free, usage.request)
-            if not state.known and not state.reserved and not self._pods_on(state.name):
+            state.pods -= 1
+            if not state.known and not state.reserved and not state.pods:
                 del self.nodes[state.name]
             else:
                 self._node_changed(state)
-        self._freed()
+        self._freed(usage.node)
         if usage.owner is None:
             return None
         job, pod_set = usage.owner
@@ -228,17 +288,19 @@ class CapacityCache:
             return
         resources.sub_into(state.reserved, request, count)
         resources.add_into(state.free, request, count)
-        if not state.known and not any(state.reserved.values()) and not self._pods_on(node):
+        if not state.known and not any(state.reserved.values()) and not state.pods:
             del self.nodes[node]
         else:
             self._node_changed(state)
-        self._freed()
+        self._freed(node)
 
     # ----------------------------------------------------------------- queries
     def free(self, node: str) -> Resources:
         return self.nodes[node].free
 
     def candidates(self, request: Mapping[str, int]) -> Iterator[str]:
+        if self._stale:
+            self._refresh_index()
         return self._index.candidates(request)
 
     def schedulable_nodes(self) -> Iterator[NodeState]:
@@ -254,4 +316,41 @@ class CapacityCache:
                 if n.schedulable and constraints.allows(n.name, n.labels, n.taints)
             )
             self._feasible[constraints] = found
+        return found
+
+    def allocatable_groups(self, constraints: NodeConstraints) -> list[tuple[Resources, int]]:
+        """The feasible nodes' allocatable vectors with how many nodes have each (memoised until
+        nodes change). Allocatable is interned, so a cluster of a few node types has a few
+        groups: judging "could this ever fit" costs per group, not per node."""
+        found = self._groups.get(constraints)
+        if found is None:
+            counts: dict[int, tuple[Resources, int]] = {}
+            nodes = self.nodes
+            for name in self.feasible(constraints):
+                allocatable = nodes[name].allocatable
+                seen = counts.get(id(allocatable))
+                counts[id(allocatable)] = (allocatable, seen[1] + 1 if seen else 1)
+            found = self._groups[constraints] = list(counts.values())
+        return found
+
+    def most_free(self, constraints: NodeConstraints, res: str, enough: int | None = None) -> int:
+        """The most free ``res`` any feasible node has (0 for none), memoised until a node
+        changes. With ``enough``, the scan may stop at the first node with at least that much
+        and return its amount instead (not the maximum, and not memoised)."""
+        key = (constraints, res)
+        memo = self._most.get(key)
+        if memo is not None and memo[0] == self.version:
+            return memo[1]
+        nodes = self.nodes
+        most: int | None = None
+        for name in self.feasible(constraints):
+            amount = nodes[name].free.get(res, 0)
+            if most is None or amount > most:
+                most = amount
+                if enough is not None and amount >= enough:
+                    return amount
+        found = 0 if most is None else most
+        if len(self._most) > 4096:
+            self._most.clear()
+        self._most[key] = (self.version, found)
         return found

@@ -56,14 +56,18 @@ class FreeIndex:
 
     def update(self, name: str, free: Mapping[str, int]) -> None:
         """Place ``name`` in the bucket its ``free`` vector belongs to."""
-        key = (_gpu_key(free.get(GPU, 0)), _cpu_key(free.get("cpu", 0)))
+        # Called on every pod event: _gpu_key / _cpu_key inlined, no tuple unless it moves.
+        gpu = free.get(GPU, 0)
+        g = 0 if gpu <= 0 else min(gpu // 1000, _GPU_KEYS - 1)
+        cpu = free.get("cpu", 0)
+        c = 0 if cpu <= 0 else min((cpu // _CPU_STEP).bit_length(), _CPU_KEYS - 1)
         old = self._where.get(name)
-        if old == key:
-            return
         if old is not None:
+            if old[0] == g and old[1] == c:
+                return
             del self._buckets[old[0]][old[1]][name]
-        self._buckets[key[0]][key[1]][name] = None
-        self._where[name] = key
+        self._buckets[g][c][name] = None
+        self._where[name] = (g, c)
 
     def remove(self, name: str) -> None:
         old = self._where.pop(name, None)

@@ -46,6 +46,14 @@ class Handler(Protocol[T_contra]):
     def synced(self) -> None: ...
 
 
+class _Event(msgspec.Struct, Generic[T]):
+    """A watch line with its object decoded in the same pass (the usual ADDED/MODIFIED/DELETED
+    line); anything that does not fit this shape takes the two-step path in _dispatch."""
+
+    type: str
+    object: T
+
+
 @dataclass(frozen=True, slots=True)
 class Codec(Generic[T]):
     """How to decode one resource's objects and tell their identity and version."""
@@ -54,6 +62,7 @@ class Codec(Generic[T]):
     item_decoder: msgspec.json.Decoder[T]
     key: Callable[[T], str]
     resource_version: Callable[[T], str]
+    event_decoder: msgspec.json.Decoder[_Event[T]] | None = None
 
 
 class _HasMeta(Protocol):
@@ -70,6 +79,7 @@ def struct_codec(cls: type[S], key: Callable[[S], str]) -> Codec[S]:
         item_decoder=msgspec.json.Decoder(cls),
         key=key,
         resource_version=lambda o: str(o.metadata.resourceVersion),
+        event_decoder=msgspec.json.Decoder(_Event[cls]),  # type: ignore[valid-type]
     )
 
 
@@ -85,6 +95,7 @@ def dict_codec() -> Codec[dict[str, Any]]:
         item_decoder=msgspec.json.Decoder(dict[str, Any]),
         key=_dict_key,
         resource_version=lambda o: str((o.get("metadata") or {}).get("resourceVersion", "")),
+        event_decoder=msgspec.json.Decoder(_Event[dict[str, Any]]),
     )
 
 
@@ -149,6 +160,8 @@ class Informer(Generic[T]):
             t: metrics.WATCH_EVENTS.labels(name, t) for t in ("ADDED", "MODIFIED", "DELETED")
         }
         self._cached = metrics.CACHED_OBJECTS.labels(name)
+        # Watch events per type since the metrics were last brought up to date (_flush_metrics).
+        self._unflushed: dict[str, int] = {}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -294,42 +307,75 @@ class Informer(Generic[T]):
                 if b"\n" not in chunk:
                     continue
                 *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line:
-                        self._dispatch(line)
+                try:
+                    for line in lines:
+                        if line:
+                            self._dispatch(line)
+                finally:
+                    # Nothing else runs while a chunk is dispatched (no await), so metrics
+                    # brought up to date once per chunk read exactly as if updated per event.
+                    self._flush_metrics()
                 self._failures = 0
             if buffer.strip():
-                self._dispatch(buffer)
+                try:
+                    self._dispatch(buffer)
+                finally:
+                    self._flush_metrics()
+
+    def _flush_metrics(self) -> None:
+        for kind, count in self._unflushed.items():
+            self._events[kind].inc(count)
+        self._unflushed.clear()
+        self._cached.set(len(self._known))
 
     def _dispatch(self, line: bytes) -> None:
-        event = _event_decoder.decode(line)
-        kind = event.type
-        raw = event.object
-        if kind == "BOOKMARK":
-            self.resource_version = _bookmark_decoder.decode(raw).metadata.resourceVersion
-            return
-        if kind == "ERROR":
-            status = _status_decoder.decode(raw)
-            if status.code == 410:
-                raise _Gone()
-            raise ApiError(status.code, status.reason, status.message, self.path)
-        try:
-            obj = self.codec.item_decoder.decode(raw)
-        except msgspec.ValidationError as exc:
-            log.warning("informer.undecodable", resource=self.name, error=str(exc))
-            return
-        self.resource_version = self.codec.resource_version(obj)
-        key = self.codec.key(obj)
-        counter = self._events.get(kind)
-        if counter is not None:
-            counter.inc()
-        if kind == "DELETED":
-            self._known.discard(key)
-            self._deliver(self.handler.delete, key, key)
-        else:
-            self._known.add(key)
-            self._deliver(self.handler.upsert, obj, key)
-        self._cached.set(len(self._known))
+        """One watch line in: decode, track, hand to the handler. The per-event hot path; the
+        metrics it counts are published by _flush_metrics."""
+        codec = self.codec
+        obj: Any = None
+        kind = ""
+        if codec.event_decoder is not None:
+            try:
+                event = codec.event_decoder.decode(line)
+            except msgspec.ValidationError:
+                pass  # a bookmark, an error or an unreadable object: the two-step path below
+            else:
+                kind = event.type
+                if kind != "BOOKMARK" and kind != "ERROR":
+                    obj = event.object
+        if obj is None:
+            raw_event = _event_decoder.decode(line)
+            kind = raw_event.type
+            raw = raw_event.object
+            if kind == "BOOKMARK":
+                self.resource_version = _bookmark_decoder.decode(raw).metadata.resourceVersion
+                return
+            if kind == "ERROR":
+                status = _status_decoder.decode(raw)
+                if status.code == 410:
+                    raise _Gone()
+                raise ApiError(status.code, status.reason, status.message, self.path)
+            try:
+                obj = codec.item_decoder.decode(raw)
+            except msgspec.ValidationError as exc:
+                log.warning("informer.undecodable", resource=self.name, error=str(exc))
+                return
+        self.resource_version = codec.resource_version(obj)
+        key = codec.key(obj)
+        if kind in self._events:
+            unflushed = self._unflushed
+            unflushed[kind] = unflushed.get(kind, 0) + 1
+        handler = self.handler
+        try:  # as _deliver, inline: a bug on one object must not stop the watch
+            if kind == "DELETED":
+                self._known.discard(key)
+                handler.delete(key)
+            else:
+                self._known.add(key)
+                handler.upsert(obj)
+        except Exception:
+            metrics.HANDLER_ERRORS.labels(self.name).inc()
+            log.exception("informer.handler_failed", resource=self.name, key=key)
 
     def _deliver(self, fn: Callable[[Any], None], arg: Any, key: str) -> None:
         """Hand one object to the handler; a bug on one object must not stop the watch."""
