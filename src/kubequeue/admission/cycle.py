@@ -4,7 +4,10 @@
 1. heads:    walk queued jobs in order (priority, age, name), skipping those in flight;
 2. skip:     jobs with bad input, and jobs that already failed at this capacity generation
              (nothing was freed since, so the answer cannot change);
-3. fit:      simulate gang placement on current free capacity (capacity/fit.py);
+3. fit:      simulate gang placement on current free capacity (capacity/fit.py), unless it is
+             already certain not to fit (``_Shortcuts``: the capacity freed since it, or a job of
+             its shape, last failed cannot make up the difference); either way it counts as
+             evaluated and takes the same path on;
 4. assume:   reserve the placement in the cache *before* any API write, so the next job in this
              very cycle already sees the capacity as taken (undone if the write fails);
 5. explain:  for a bounded number of jobs that do not fit, compute a human reason (and whether
@@ -16,14 +19,17 @@ The cycle is synchronous and never awaits: informer updates cannot interleave wi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
 
+from kubequeue import resources
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.tracker import JobTracker
-from kubequeue.capacity.fit import Assignment, explain, place
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.fit import Assignment, explain, place, place_counted
+from kubequeue.demand import PodSet
 from kubequeue.queueing.queue import QueuedJob
 
 log = structlog.get_logger(__name__)
@@ -65,6 +71,7 @@ class AdmissionCycle:
         self.explain_budget = explain_budget
         self.report_interval = report_interval
         self._clock = clock
+        self._shortcuts = _Shortcuts()
 
     def run(self) -> CycleResult:
         tracker = self.tracker
@@ -75,22 +82,28 @@ class AdmissionCycle:
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
         blocked_by: QueuedJob | None = None
+        shortcuts = self._shortcuts
+        shortcuts.start(cache)
+        # Loop invariants, read once: this walk visits every queued job, so it is kept lean.
+        inflight = tracker.inflight
+        nodes_generation = cache.nodes_generation
+        may_block = self.strict_fifo or bool(self.starvation_seconds)  # else _blocks is False
         for job in tracker.queue.ordered():  # step 1
-            if job.key in tracker.inflight:
+            if inflight and job.key in inflight:
                 continue
             if job.problem is not None:  # step 2
                 self._report(result, job, "Warning", job.problem_reason, job.problem)
                 continue
-            if job.never_fits and job.never_fits_generation == cache.nodes_generation:
+            if job.never_fits and job.never_fits_generation == nodes_generation:
                 continue
             if job.failed_at == generation:
                 result.waiting += 1
-                if self._blocks(job, starved_before):
+                if may_block and self._blocks(job, starved_before):
                     blocked_by = job
                     break
                 continue
             result.evaluated += 1
-            placed = place(job.pod_sets, cache)  # step 3
+            placed = shortcuts.place(job, cache)  # step 3
             if placed is not None:
                 tracker.begin_admission(job, job.pod_sets, placed)  # step 4
                 result.admitted.append(Admission(job, placed))
@@ -99,7 +112,7 @@ class AdmissionCycle:
             result.waiting += 1
             if budget > 0 and self._explain(result, job):  # step 5
                 budget -= 1
-            if not job.never_fits and self._blocks(job, starved_before):
+            if may_block and not job.never_fits and self._blocks(job, starved_before):
                 blocked_by = job
                 break
         self._note_blocking(blocked_by)
@@ -162,3 +175,154 @@ class AdmissionCycle:
             return
         job.reported[reason] = msg
         result.notices.append(Notice(job.key, job.uid, type_, reason, msg))
+
+
+# Freed nodes to look at before giving up on a shortcut and simply running the fit.
+_FREED_CHECK_MAX = 256
+# Freed generations whose room figures are kept (jobs that failed longer ago just run the fit).
+_ROOM_GENERATIONS = 64
+
+
+class _Shortcuts:
+    """Answers "does not fit" without running the fit when that is already certain.
+
+    A node's free capacity only grows through an event the cache logs
+    (``CapacityCache.freed_since``), and with less capacity a job that did not fit still does not
+    (for one pod set the fit is exact, so this is a theorem; for several it is the assumption the
+    cycle's ``failed_at`` skip has always made). Hence, per demand shape (pod requests and
+    constraints, numbered by ``_shape``):
+
+    1. Room. When a one-pod-set fit fails it has tried every node, so it knows how many pods of
+       that shape fit at most: the room for that shape at that freed generation g. After nodes F
+       were freed, at most ``room(g) + the copies that fit on F now`` fit (O(|F|) to compute); a
+       job with more pods cannot fit and is not tried. After one pod ended that is one node per
+       shape, so a cycle over ten thousand queued jobs runs the fit only for the jobs the freed
+       capacity can actually complete, and a job behind a failed one of its shape with more
+       pods is never tried in the same cycle.
+    2. Without a room figure (several pod sets, or forgotten), a job that failed at g can fit
+       now only if some node freed since g can take at least one of its pods.
+
+    Either way the job counts as evaluated and follows the cycle's usual "does not fit" path.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[object, ...], int] = {}
+        self._next_id = 0
+        self._gen = -1  # the cache's freed_generation / nodes_generation the memos below are for
+        self._nodes_gen = -1
+        self._now: dict[int, int] = {}  # shape -> room at _gen
+        self._rooms: dict[int, dict[int, int]] = {}  # earlier generation -> shape -> room
+        self._may_fit: dict[tuple[int, int], bool] = {}  # (shape, failed generation) -> rule 2
+        self._freed: dict[int, list[str] | None] = {}  # generation -> distinct nodes freed since
+
+    def start(self, cache: CapacityCache) -> None:
+        if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
+            self._sync(cache)
+        if len(self._ids) > 100_000:  # ids are never reused, so forgetting is always safe
+            self._ids.clear()
+
+    def _sync(self, cache: CapacityCache) -> None:
+        """Capacity was freed or nodes changed: keep what stays true, drop the rest."""
+        if cache.nodes_generation != self._nodes_gen:
+            self._rooms.clear()  # which nodes count, or their size, changed
+            self._nodes_gen = cache.nodes_generation
+        elif self._now:
+            self._rooms[self._gen] = self._now
+            while len(self._rooms) > _ROOM_GENERATIONS:
+                del self._rooms[next(iter(self._rooms))]
+        self._now = {}
+        self._gen = cache.freed_generation
+        self._may_fit.clear()
+        self._freed.clear()
+
+    def _shape(self, job: QueuedJob) -> int:
+        key = tuple((tuple(ps.request.items()), ps.constraints) for ps in job.pod_sets)
+        shape = self._ids.get(key)
+        if shape is None:
+            shape = self._ids[key] = self._next_id
+            self._next_id += 1
+        job.shape = (job.pod_sets, shape)
+        return shape
+
+    def place(self, job: QueuedJob, cache: CapacityCache) -> list[Assignment] | None:
+        if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
+            self._sync(cache)  # capacity grew during the cycle
+        pod_sets = job.pod_sets
+        memo = job.shape
+        shape = memo[1] if memo is not None and memo[0] is pod_sets else self._shape(job)
+        failed = job.failed_at
+        if failed is not None and failed[1] != self._nodes_gen:
+            failed = None
+        if len(pod_sets) == 1:
+            ps = pod_sets[0]
+            room = self._now.get(shape)
+            if room is None and failed is not None:
+                room = self._room_since(shape, ps, failed[0], cache)
+            if room is not None:
+                if ps.count > room:
+                    return None
+            elif failed is not None and not self._helps(shape, job, failed[0], cache):
+                return None
+            placed, fitted = place_counted(ps, cache)
+            if placed is None:
+                self._now[shape] = fitted
+            return placed
+        if failed is not None and not self._helps(shape, job, failed[0], cache):
+            return None
+        return place(pod_sets, cache)
+
+    def _room_since(self, shape: int, ps: PodSet, since: int, cache: CapacityCache) -> int | None:
+        """Rule 1: the room now, from the room when the shape last failed plus the freed nodes."""
+        rooms = self._rooms.get(since)
+        before = rooms.get(shape) if rooms is not None else None
+        if before is None:
+            return None
+        names = self._freed_names(since, cache)
+        if names is None:
+            return None
+        feasible = cache.feasible(ps.constraints)
+        nodes = cache.nodes
+        room = before
+        for name in names:
+            if name in feasible:
+                state = nodes.get(name)
+                if state is not None:
+                    room += resources.max_copies(ps.request, state.free, ps.count)
+        self._now[shape] = room
+        return room
+
+    def _freed_names(self, since: int, cache: CapacityCache) -> list[str] | None:
+        if since not in self._freed:
+            freed = cache.freed_since(since)
+            if freed is not None:
+                freed = list(dict.fromkeys(freed))  # distinct, oldest first
+                if len(freed) > _FREED_CHECK_MAX:
+                    freed = None
+            self._freed[since] = freed
+        return self._freed[since]
+
+    def _helps(self, shape: int, job: QueuedJob, since: int, cache: CapacityCache) -> bool:
+        """Rule 2: can a node freed since the job failed take at least one of its pods?"""
+        key = (shape, since)
+        found = self._may_fit.get(key)
+        if found is None:
+            names = self._freed_names(since, cache)
+            found = names is None or _takes_a_pod(job.pod_sets, names, cache)
+            self._may_fit[key] = found
+        return found
+
+
+def _takes_a_pod(pod_sets: Sequence[PodSet], names: list[str], cache: CapacityCache) -> bool:
+    nodes = cache.nodes
+    wants = False
+    for ps in pod_sets:
+        if ps.count <= 0:
+            continue
+        wants = True
+        feasible = cache.feasible(ps.constraints)
+        for name in names:
+            if name in feasible:
+                state = nodes.get(name)
+                if state is not None and resources.max_copies(ps.request, state.free, 1):
+                    return True
+    return not wants

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sortedcontainers import SortedList
 
@@ -47,6 +48,9 @@ class QueuedJob:
     explained_at: float | None = None  # clock time of the last "Queued" explanation
     first_seen: float = 0.0
     reported: dict[str, str] = field(default_factory=dict)  # event reason -> last message sent
+    # The admission cycle's number for this job's demand shape (pod requests and constraints;
+    # see admission/cycle.py), with the pod_sets it was computed for.
+    shape: tuple[Sequence[PodSet], int] | None = None
 
     @property
     def kind(self) -> str:
@@ -60,8 +64,10 @@ def order_key(job: QueuedJob) -> OrderKey:
 
 class JobQueue:
     def __init__(self) -> None:
+        # Entries are (*order key, job): the key alone decides the order (it is unique: it ends
+        # with the job's identity), and carrying the job lets ordered() read it off directly.
         self._order: SortedList = SortedList()
-        self._jobs: dict[JobKey, tuple[OrderKey, QueuedJob]] = {}
+        self._jobs: dict[JobKey, tuple[Any, ...]] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -71,30 +77,29 @@ class JobQueue:
 
     def get(self, key: JobKey) -> QueuedJob | None:
         found = self._jobs.get(key)
-        return found[1] if found else None
+        return found[-1] if found else None
 
     def upsert(self, job: QueuedJob) -> None:
-        key = order_key(job)
+        entry = (*order_key(job), job)
         old = self._jobs.get(job.key)
         if old is not None:
-            if old[0] == key:
-                self._jobs[job.key] = (key, job)
+            if old[-1] is job and old == entry:
                 return
-            self._order.remove(old[0])
-        self._order.add(key)
-        self._jobs[job.key] = (key, job)
+            self._order.remove(old)
+        self._order.add(entry)
+        self._jobs[job.key] = entry
 
     def remove(self, key: JobKey) -> QueuedJob | None:
         old = self._jobs.pop(key, None)
         if old is None:
             return None
-        self._order.remove(old[0])
-        return old[1]
+        self._order.remove(old)
+        job: QueuedJob = old[-1]
+        return job
 
     def ordered(self) -> list[QueuedJob]:
         """Every queued job in admission order (a snapshot)."""
-        jobs = self._jobs
-        return [jobs[(k[4], k[2], k[3])][1] for k in self._order]
+        return [entry[-1] for entry in self._order]
 
     def __iter__(self) -> Iterator[QueuedJob]:
         return iter(self.ordered())
@@ -102,7 +107,7 @@ class JobQueue:
     def position(self, key: JobKey) -> int | None:
         """0-based place in line, for users asking "how far back am I"."""
         found = self._jobs.get(key)
-        return None if found is None else self._order.index(found[0])
+        return None if found is None else int(self._order.index(found))
 
     def depth_by_kind(self) -> Counter[str]:
         return Counter(k[0] for k in self._jobs)
