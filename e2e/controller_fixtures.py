@@ -18,10 +18,22 @@ from e2e.support import ClusterHandle, Kubectl
 StartController = Callable[..., Awaitable[KubeQueue]]
 
 
+# Every job-kind toggle of the chart. The chart's ClusterRole is additive (each toggle adds the
+# rules of its kind only), so one identity with all of them serves every test; which kinds a
+# controller actually watches is still decided by its --kinds.
+ALL_EXTENSIONS = ("argo", "mpi", "ray", "spark", "tf", "pytorch")
+
+
 @pytest.fixture(scope="session")
 async def controller_identity(cluster: ClusterHandle, kubectl: Kubectl) -> ControllerIdentity:
-    """The Helm chart's ServiceAccount and RBAC, applied once; a kubeconfig acting as it."""
-    return await install_identity(ensure_binaries().helm, kubectl, cluster.logs_dir / "kube-queue")
+    """The Helm chart's ServiceAccount and RBAC with every job-kind extension enabled, applied
+    once; a kubeconfig acting as it."""
+    return await install_identity(
+        ensure_binaries().helm,
+        kubectl,
+        cluster.logs_dir / "kube-queue",
+        *(f"extension.{name}.enable=true" for name in ALL_EXTENSIONS),
+    )
 
 
 @pytest.fixture
