@@ -1,0 +1,160 @@
+"""RayJob with the real KubeRay ray-operator: queued while the GPUs are taken (KubeRay creates
+nothing), admitted when they free up (KubeRay creates the RayCluster, its pods get bound), demand
+checked per node."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from e2e.cluster.nodes import NodeSpec
+from e2e.controller_fixtures import StartController
+from e2e.jobs import get_job, is_suspended, job
+from e2e.operators.known_bugs import RAYJOB_PODS_NOT_ATTRIBUTED
+from e2e.operators.manifests import (
+    admitted_at,
+    bound,
+    events,
+    first_event,
+    get,
+    pod_gpus,
+    pods,
+    rayjob,
+)
+from e2e.operators.runner import Operators
+from e2e.support import FakeNodes, Kubectl, wait_until
+
+pytestmark = pytest.mark.e2e
+
+KINDS = "--kinds=job,rayjob"
+RAY_PODS = "ray.io/is-ray-node=yes"
+
+
+async def _rayjob(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    return await get(kubectl, "rayjob", namespace, name)
+
+
+async def _admitted(kubectl: Kubectl, namespace: str, name: str) -> bool:
+    return (await _rayjob(kubectl, namespace, name))["spec"].get("suspend") is False
+
+
+async def test_rayjob_waits_while_full_and_kuberay_starts_it_only_after_admission(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    operators: Operators,
+) -> None:
+    await operators.start("ray")
+    [node] = await fake_nodes.create(NodeSpec("gpu", cpu="32", memory="256Gi", gpus=4))
+    await kube_queue(KINDS)
+    await kubectl.apply(job("blocker", gpus=4, run_for="20s"), "-n", namespace)
+
+    async def blocker_running() -> bool:
+        return not is_suspended(await get_job(kubectl, namespace, "blocker"))
+
+    await wait_until("blocker admitted", blocker_running)
+    await kubectl.apply(rayjob("llm-train", workers=2, worker_gpus=2), "-n", namespace)
+
+    queued = await wait_until(
+        "a Queued event on the RayJob",
+        lambda: first_event(kubectl, namespace, "llm-train", "Queued"),
+    )
+    assert "nvidia.com/gpu" in queued["message"], queued
+
+    async def kuberay_suspended() -> bool:
+        found = await _rayjob(kubectl, namespace, "llm-train")
+        return found.get("status", {}).get("jobDeploymentStatus") == "Suspended"
+
+    # KubeRay has seen the RayJob (its status says so) and, suspended, starts nothing.
+    await wait_until("KubeRay reports the RayJob Suspended", kuberay_suspended)
+    blocker = await get_job(kubectl, namespace, "blocker")
+    assert not blocker.get("status", {}).get("succeeded"), "the check must run while it is full"
+    assert (await kubectl.json("get", "rayclusters", "-n", namespace))["items"] == []
+    assert await pods(kubectl, namespace, RAY_PODS) == []
+    assert admitted_at(await _rayjob(kubectl, namespace, "llm-train")) is None
+
+    # The blocker finishes after 20 s; then the RayJob is admitted and KubeRay creates it all.
+    await wait_until("RayJob admitted", lambda: _admitted(kubectl, namespace, "llm-train"), 90)
+    assert admitted_at(await _rayjob(kubectl, namespace, "llm-train"))
+
+    async def ray_pods_bound() -> list[dict[str, Any]] | None:
+        found = bound(await pods(kubectl, namespace, RAY_PODS))
+        return found if len(found) == 3 else None
+
+    placed = await wait_until("head + 2 GPU workers bound", ray_pods_bound, 90)
+    assert {p["spec"]["nodeName"] for p in placed} == {node}
+    assert sorted(pod_gpus(p) for p in placed) == [0, 2, 2]
+    [admitted] = await events(kubectl, namespace, "llm-train", "Admitted")
+    assert admitted["type"] == "Normal"
+
+    async def submitter_created() -> bool:
+        # Once the RayCluster is ready KubeRay runs `ray job submit` in a Job of the same name.
+        found = await kubectl.json("get", "jobs", "-n", namespace, "-l",
+                                   "ray.io/originated-from-crd=RayJob")
+        return bool(found["items"])
+
+    await wait_until("KubeRay's submitter Job created", submitter_created, 90)
+
+
+async def test_rayjob_demand_is_placed_per_node_head_workers_and_submitter(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    operators: Operators,
+) -> None:
+    await operators.start("ray")
+    # 8 GPUs in total, but a 4-GPU worker fits only on the 6-GPU node: 2 workers cannot run.
+    await fake_nodes.create(NodeSpec("big", gpus=6), NodeSpec("small", gpus=2))
+    await kube_queue(KINDS)
+    await kubectl.apply(rayjob("two-by-four", workers=2, worker_gpus=4), "-n", namespace)
+
+    warning = await wait_until(
+        "NeverFits warning", lambda: first_event(kubectl, namespace, "two-by-four", "NeverFits"))
+    assert warning["type"] == "Warning"
+    # Per node: 8 GPUs exist, but only one of the two 4-GPU workers can be placed.
+    assert "gpu-workers" in warning["message"], warning
+    assert "nvidia.com/gpu=4" in warning["message"] and "only 1" in warning["message"], warning
+    await asyncio.sleep(3)
+    rj = await _rayjob(kubectl, namespace, "two-by-four")
+    assert rj["spec"]["suspend"] is True and admitted_at(rj) is None
+    assert await pods(kubectl, namespace, RAY_PODS) == []
+
+    # A second node that holds one 4-GPU worker makes it fit: admitted, pods land per node.
+    [extra] = await fake_nodes.create(NodeSpec("extra", gpus=4))
+    await wait_until("admitted once it fits", lambda: _admitted(kubectl, namespace,
+                                                               "two-by-four"), 60)
+
+    async def workers_bound() -> list[dict[str, Any]] | None:
+        found = [p for p in bound(await pods(kubectl, namespace, RAY_PODS)) if pod_gpus(p)]
+        return found if len(found) == 2 else None
+
+    workers = await wait_until("both 4-GPU workers bound", workers_bound, 90)
+    nodes = sorted(p["spec"]["nodeName"] for p in workers)
+    assert extra in nodes and len(set(nodes)) == 2, nodes
+
+
+@RAYJOB_PODS_NOT_ATTRIBUTED
+async def test_capacity_held_for_a_rayjob_is_released_once_its_pods_run(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    operators: Operators,
+) -> None:
+    """The reservation made at admission must shrink as KubeRay's pods bind; otherwise the
+    RayJob counts twice (pods + hold) and blocks GPUs nobody uses."""
+    await operators.start("ray")
+    await fake_nodes.create(NodeSpec("gpu", gpus=8))
+    kq = await kube_queue(KINDS)
+    await kubectl.apply(rayjob("half", workers=2, worker_gpus=2), "-n", namespace)
+
+    async def ray_pods_bound() -> bool:
+        return len(bound(await pods(kubectl, namespace, RAY_PODS))) == 3
+
+    await wait_until("RayJob admitted and its pods bound", ray_pods_bound, 90)
+    # 4 of 8 GPUs are in use by the Ray workers; a 4-GPU Job fits in the rest.
+    await kubectl.apply(job("fits-beside", gpus=4), "-n", namespace)
+
+    async def job_admitted() -> bool:
+        return not is_suspended(await get_job(kubectl, namespace, "fits-beside"))
+
+    try:
+        await wait_until("the 4-GPU Job admitted beside the running RayJob", job_admitted, 30)
+    except TimeoutError:
+        snapshot = await kq.queue()
+        pytest.fail(f"the Job waits although 4 GPUs are free; queue: {snapshot}")
