@@ -207,3 +207,35 @@ def test_a_starved_job_stops_backfill_behind_it() -> None:
         assert cycle.blocked_by is (
             None if expected else tracker.queue.get(("Job", "default", "big"))
         )
+
+
+def test_the_admission_patch_is_made_from_the_observed_object() -> None:
+    """Kinds whose patch depends on the object (Kubeflow, Spark) must get the real object."""
+    from kubequeue.kinds.tfjob import TFJobKind
+
+    tf = TFJobKind()
+    tracker, cycle = make(b.node("n", gpu=4))
+    tracker.register(tf)
+    obj = {
+        "metadata": {
+            "name": "t",
+            "namespace": "default",
+            "uid": "u",
+            "resourceVersion": "7",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": {"scheduling.x-k8s.io/suspend": "true"},
+        },
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "tfReplicaSpecs": {
+                "Worker": {"replicas": 1, "template": {"spec": b.pod_spec({GPU: "1"})}}
+            },
+        },
+    }
+    tracker.observe(tf, obj)
+    [admission] = cycle.run().admitted
+    assert admission.job.admission_patch == {
+        "metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "false"}},
+        "spec": {"runPolicy": {"suspend": False}},
+    }
+    assert admission.job.resource_version == "7"

@@ -102,7 +102,7 @@ class AdmissionLoop:
                     namespace,
                     name,
                     job.resource_version,
-                    adapter.admission_patch({}),
+                    job.admission_patch,
                 )
             done = True
             self.tracker.admission_succeeded(job.key, adapter, obj)

@@ -126,6 +126,7 @@ class JobTracker:
             created=str(meta.get("creationTimestamp", "")),
             created_epoch=_epoch(str(meta.get("creationTimestamp", ""))),
             first_seen=previous.first_seen if previous else self._clock(),
+            admission_patch=adapter.admission_patch(obj),
         )
         class_name = adapter.priority_class_name(obj)
         self._priority_of[key] = class_name

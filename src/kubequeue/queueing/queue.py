@@ -36,6 +36,9 @@ class QueuedJob:
     created: str  # RFC 3339, which sorts correctly as text
     created_epoch: float = 0.0  # the same instant as seconds, for "how long has it waited"
     pod_sets: Sequence[PodSet] = ()
+    # The kind's admission patch, computed from the very object this entry was made from (the
+    # write carries that object's resourceVersion, so patch and precondition always match).
+    admission_patch: dict[str, Any] = field(default_factory=dict)
     # Why the job cannot be considered at all (bad input); None when it can be.
     problem: str | None = None
     problem_reason: str = ""
