@@ -263,21 +263,63 @@ def test_rayjob_autoscaling_http_mode_and_existing_cluster() -> None:
     assert list(demand(RayJobKind(), existing)) == ["submitter"]
 
 
-def test_rayjob_pods_are_tied_by_origin_labels() -> None:
+def test_rayjob_pods_are_tied_by_cluster_name_and_aliases() -> None:
     def pod(labels: dict[str, str]) -> Pod:
         return msgspec.convert(
             {"metadata": {"name": "p", "namespace": "ns", "labels": labels}}, Pod
         )
 
-    origin = {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": "j"}
     kind = RayJobKind()
-    assert kind.pod_owner(pod({**origin, "ray.io/node-type": "head"})) == ("j", "head")
-    assert kind.pod_owner(pod({**origin, "ray.io/node-type": "worker", "ray.io/group": "gpu"})) == (
-        "j",
-        "gpu",
-    )
-    assert kind.pod_owner(pod(origin)) == ("j", "submitter")
-    assert kind.pod_owner(pod({"ray.io/originated-from-crd": "RayService"})) is None
+    cluster = {"ray.io/cluster": "j-x7k2p"}
+    assert kind.pod_owner(pod({**cluster, "ray.io/node-type": "head"})) == ("j-x7k2p", "head")
+    assert kind.pod_owner(
+        pod({**cluster, "ray.io/node-type": "worker", "ray.io/group": "gpu"})
+    ) == ("j-x7k2p", "gpu")
+    assert kind.pod_owner(pod({"job-name": "j"})) is None
+    obj = rayjob()
+    obj["status"] = {"rayClusterName": "j-x7k2p"}
+    assert kind.pod_aliases(obj) == [("RayJob", "j-x7k2p", None), ("Job", "j", "submitter")]
+    assert kind.pod_aliases(rayjob(submissionMode="HTTPMode")) == []
+
+
+def test_rayjob_pods_reach_the_rayjob_through_aliases() -> None:
+    """KubeRay's real pod labels, end to end through the tracker and the owner finder."""
+    from kubequeue.admission.tracker import JobTracker
+    from kubequeue.capacity.cache import CapacityCache
+    from kubequeue.capacity.reservations import Reservations
+    from kubequeue.handlers import pod_owner_finder
+    from kubequeue.queueing.queue import JobQueue
+
+    cache = CapacityCache()
+    tracker = JobTracker(cache, JobQueue(), Reservations(cache))
+    adapters = adapters_for(["job", "rayjob"])
+    obj = rayjob()
+    obj["status"] = {"rayClusterName": "j-x7k2p"}
+    tracker.observe(adapters[0], obj)
+    find = pod_owner_finder(adapters, tracker)
+
+    def pod(labels: dict[str, str], owner: str, owner_name: str) -> Pod:
+        return msgspec.convert(
+            {
+                "metadata": {
+                    "name": "p",
+                    "namespace": "ns",
+                    "labels": labels,
+                    "ownerReferences": [{"kind": owner, "name": owner_name, "controller": True}],
+                }
+            },
+            Pod,
+        )
+
+    head = pod({"ray.io/cluster": "j-x7k2p", "ray.io/node-type": "head"}, "RayCluster", "j-x7k2p")
+    submitter = pod({"job-name": "j"}, "Job", "j")
+    assert find(head) == (("RayJob", "ns", "j"), "head")
+    assert find(submitter) == (("RayJob", "ns", "j"), "submitter")
+    # Without the batch Job adapter, the submitter is still found through its owner reference.
+    only_ray = pod_owner_finder(adapters_for(["rayjob"]), tracker)
+    assert only_ray(submitter) == (("RayJob", "ns", "j"), "submitter")
+    tracker.forget(("RayJob", "ns", "j"))
+    assert find(head) == (("RayJob", "ns", "j-x7k2p"), "head")
 
 
 def workflow(

@@ -31,13 +31,22 @@ class NodeHandler:
         pass
 
 
-def pod_owner_finder(adapters: Sequence[JobAdapter]) -> Callable[[Pod], PodOwner | None]:
+def pod_owner_finder(
+    adapters: Sequence[JobAdapter], tracker: JobTracker
+) -> Callable[[Pod], PodOwner | None]:
     def find(pod: Pod) -> PodOwner | None:
         for adapter in adapters:
             found = adapter.pod_owner(pod)
             if found is not None:
                 name, pod_set = found
-                return (adapter.info.kind, pod.metadata.namespace, name), pod_set
+                return tracker.owner_of(adapter.info.kind, pod.metadata.namespace, name, pod_set)
+        # A pod of a child object that no enabled adapter knows (e.g. KubeRay's submitter Job
+        # when batch Jobs are not queued) may still be a declared alias of a queued job.
+        for ref in pod.metadata.ownerReferences:
+            if ref.controller:
+                key, pod_set = tracker.owner_of(ref.kind, pod.metadata.namespace, ref.name, None)
+                if key[0] != ref.kind:
+                    return key, pod_set
         return None
 
     return find

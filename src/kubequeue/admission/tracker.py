@@ -25,7 +25,7 @@ from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import DemandError, PodSet
 from kubequeue.kinds.common import ADMITTED_AT, annotations_of, dig
-from kubequeue.kinds.protocol import FollowsUp, JobAdapter, Obj
+from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 
 __all__ = ["JobTracker", "job_key"]
@@ -64,6 +64,10 @@ class JobTracker:
         self._priority_of: dict[JobKey, str | None] = {}
         # In-flight jobs that were deleted or finished meanwhile: never re-queued on failure.
         self._gone: set[JobKey] = set()
+        # Other names pods of a job are attributed under (HasPodAliases kinds):
+        # (kind, namespace, name) -> (job, pod set or None to keep the pod's own).
+        self.aliases: dict[JobKey, tuple[JobKey, str | None]] = {}
+        self._aliases_of: dict[JobKey, list[JobKey]] = {}
         # Admitted jobs that need one more write (FollowsUp kinds): key -> (resourceVersion, patch).
         self.follow_ups: dict[JobKey, tuple[str, dict[str, Any]]] = {}
 
@@ -76,6 +80,8 @@ class JobTracker:
         if adapter.skip_reason(obj) is not None or adapter.is_finished(obj):
             self.forget(key)
             return
+        if isinstance(adapter, HasPodAliases):
+            self._set_aliases(key, adapter.pod_aliases(obj))
         if adapter.is_suspended(obj):
             self._gone.discard(key)
             if key not in self.inflight:
@@ -105,8 +111,30 @@ class JobTracker:
         self.follow_ups[key] = (rv, patch)
         self._changed()
 
+    def _set_aliases(self, key: JobKey, aliases: list[tuple[str, str, str | None]]) -> None:
+        for old in self._aliases_of.pop(key, []):
+            self.aliases.pop(old, None)
+        keys = []
+        for kind, name, pod_set in aliases:
+            alias = (kind, key[1], name)
+            self.aliases[alias] = (key, pod_set)
+            keys.append(alias)
+        if keys:
+            self._aliases_of[key] = keys
+
+    def owner_of(
+        self, kind: str, namespace: str, name: str, pod_set: str | None
+    ) -> tuple[JobKey, str | None]:
+        """The job a pod belongs to, following aliases (see HasPodAliases)."""
+        key = (kind, namespace, name)
+        alias = self.aliases.get(key)
+        if alias is None:
+            return key, pod_set
+        return alias[0], alias[1] or pod_set
+
     def forget(self, key: JobKey) -> None:
         """The job is gone, finished or not ours: drop it from the queue and free its hold."""
+        self._set_aliases(key, [])
         self.follow_ups.pop(key, None)
         self.queue.remove(key)
         self._priority_of.pop(key, None)

@@ -15,11 +15,21 @@ from typing import Any, Protocol, runtime_checkable
 from kubequeue.demand import PodSet
 from kubequeue.objects import Pod
 
-__all__ = ["FollowsUp", "JobAdapter", "KindInfo", "Obj", "PodOwnership"]
+__all__ = [
+    "FollowsUp",
+    "HasPodAliases",
+    "JobAdapter",
+    "KindInfo",
+    "Obj",
+    "PodAlias",
+    "PodOwnership",
+]
 
 Obj = Mapping[str, Any]
 # (job name in the pod's namespace, pod set name when the pod's labels tell it)
 PodOwnership = tuple[str, str | None]
+# (kind, name, pod set): "pods that the <kind> adapter attributes to <name> belong to me"
+PodAlias = tuple[str, str, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +96,12 @@ class FollowsUp(Protocol):
     object, so it is level-triggered and survives restarts."""
 
     def follow_up_patch(self, obj: Obj) -> dict[str, Any] | None: ...
+
+
+@runtime_checkable
+class HasPodAliases(Protocol):
+    """Optional: a kind whose pods carry a name only known from the job's status (KubeRay names
+    the RayCluster, and so its pods' ray.io/cluster label, ``<rayjob>-<random>``, and runs the
+    submitter as a batch Job named after the RayJob). Judged on every observation."""
+
+    def pod_aliases(self, obj: Obj) -> list[PodAlias]: ...

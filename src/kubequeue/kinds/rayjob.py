@@ -4,7 +4,10 @@ Worker groups count ``replicas`` x ``numOfHosts`` pods, or ``minReplicas`` x ``n
 the in-tree autoscaler is on (the job starts at its floor). In the default K8sJobMode KubeRay runs
 ``ray job submit`` in a separate pod (``submitterPodTemplate``, else KubeRay's default of
 500m CPU / 200Mi); a RayJob that targets an existing cluster (``clusterSelector``) needs only that.
-Pods are tied to the RayJob by KubeRay's ``ray.io/originated-from-*`` labels.
+KubeRay (v1.5) labels the RayCluster it creates, not its pods, with the RayJob's name: head and
+worker pods carry ``ray.io/cluster=<status.rayClusterName>`` (``<rayjob>-<5 random chars>``),
+and the submitter pod belongs to a batch Job named after the RayJob. So pods are matched by
+cluster name, and the RayJob declares both names as aliases once its status names the cluster.
 """
 
 from __future__ import annotations
@@ -13,14 +16,13 @@ from typing import Any
 
 from kubequeue.demand import DemandError, PodSet, pod_set_from_template
 from kubequeue.kinds.common import dig, labels_of, opted_out
-from kubequeue.kinds.protocol import KindInfo, Obj, PodOwnership
+from kubequeue.kinds.protocol import KindInfo, Obj, PodAlias, PodOwnership
 from kubequeue.objects import Pod
 
 __all__ = ["RayJobKind"]
 
 _FINISHED = frozenset({"Complete", "Failed"})
-_FROM_CRD = "ray.io/originated-from-crd"
-_FROM_NAME = "ray.io/originated-from-cr-name"
+_CLUSTER = "ray.io/cluster"
 _NODE_TYPE = "ray.io/node-type"
 _GROUP = "ray.io/group"
 _KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -88,14 +90,23 @@ class RayJobKind:
         return {"spec": {"suspend": False}}
 
     def pod_owner(self, pod: Pod) -> PodOwnership | None:
+        """Head and worker pods, by their RayCluster's name (an alias of the RayJob)."""
         labels = pod.metadata.labels
-        if labels.get(_FROM_CRD) != "RayJob" or not labels.get(_FROM_NAME):
-            return None
+        cluster = labels.get(_CLUSTER)
         node_type = labels.get(_NODE_TYPE)
-        pod_set = (
-            "head" if node_type == "head" else labels.get(_GROUP) if node_type else "submitter"
-        )
-        return labels[_FROM_NAME], pod_set
+        if not cluster or not node_type:
+            return None
+        return cluster, "head" if node_type == "head" else labels.get(_GROUP)
+
+    def pod_aliases(self, obj: Obj) -> list[PodAlias]:
+        name = str(dig(obj, "metadata", "name") or "")
+        aliases: list[PodAlias] = []
+        cluster = dig(obj, "status", "rayClusterName")
+        if isinstance(cluster, str) and cluster and cluster != name:
+            aliases.append(("RayJob", cluster, None))
+        if (dig(obj, "spec", "submissionMode") or "K8sJobMode") == "K8sJobMode" and name:
+            aliases.append(("Job", name, "submitter"))
+        return aliases
 
     def skip_reason(self, obj: Obj) -> str | None:
         if _KUEUE_LABEL in labels_of(obj):
