@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# kube-queue admission-core benchmark\n\nMachine: {machine()}. Seed {args.seed}.")
     main_result = _core(args, sizes, args.runs)
     memory, memory_trace = _memory(args, sizes)
-    print_summary(main_result["summary"], {**memory, **memory_trace})
+    print_summary(main_result["summary"], memory, memory_trace)
     report: dict[str, Any] = {"main": main_result, "memory": memory,
                               "memory_trace": memory_trace, "scaling": []}
     scale = [int(x) for x in args.scaling.split(",") if x.strip()]

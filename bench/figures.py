@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import math
 import os
-import resource
 import time
 import tracemalloc
 from typing import Any
@@ -198,12 +198,18 @@ def core_run(
     return out
 
 
-def _rss_mib() -> float:
+def _status_mib(field: str) -> float:
+    """VmRSS (now) or VmHWM (peak) of this process, from /proc. Not ru_maxrss: Linux carries
+    that over exec from the forking parent, so a child would report the parent's peak."""
     with open(f"/proc/{os.getpid()}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
-    return 0.0
+    return math.nan
+
+
+def _rss_mib() -> float:
+    return _status_mib("VmRSS")
 
 
 def memory_run(sizes: Sizes, *, trace: bool) -> dict[str, float]:
@@ -231,7 +237,7 @@ def memory_run(sizes: Sizes, *, trace: bool) -> dict[str, float]:
     out = {
         "baseline_rss_mib": baseline,
         "rss_mib": _rss_mib(),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": _status_mib("VmHWM"),
         "pods": float(h.cache.pod_count),
         "queued": float(len(h.queue)),
     }

@@ -129,7 +129,10 @@ _ROWS = (
 )
 
 
-def print_summary(summary: dict[str, Any], memory: dict[str, float] | None) -> None:
+def print_summary(summary: dict[str, Any], memory: dict[str, float] | None,
+                  heap: dict[str, float] | None = None) -> None:
+    """``memory`` from the plain child (RSS), ``heap`` from the tracemalloc child (its RSS is
+    inflated by tracemalloc's own bookkeeping, so only its heap figures are used)."""
     s = summary["sizes"]
     f = summary["figures"]
     print(f"\n### {s['nodes']:,} nodes, {s['pods']:,} running pods, {s['queued']:,} queued jobs "
@@ -146,9 +149,9 @@ def print_summary(summary: dict[str, Any], memory: dict[str, float] | None) -> N
               f"{memory['peak_rss_mib']:.1f} | |")
         print(f"|   RSS after the state is built / interpreter + imports baseline, MiB | | "
               f"{memory['rss_mib']:.1f} / {memory['baseline_rss_mib']:.1f} | |")
-        if "heap_mib" in memory:
-            print(f"|   Python heap (tracemalloc) holding the state / peak while building, MiB"
-                  f" | | {memory['heap_mib']:.1f} / {memory['heap_peak_mib']:.1f} | |")
+    if heap:
+        print(f"|   Python heap (tracemalloc) holding the state / peak while building, MiB"
+              f" | | {heap['heap_mib']:.1f} / {heap['heap_peak_mib']:.1f} | |")
     n = f["latency_samples"]["median"]
     print(f"\nLatency samples per run: {n:.0f} deletions that enabled an admission, "
           f"{f['idle_samples']['median']:.0f} that did not. Drain per run: "
