@@ -214,6 +214,7 @@ class _Shortcuts:
         self._rooms: dict[int, dict[int, int]] = {}  # earlier generation -> shape -> room
         self._may_fit: dict[tuple[int, int], bool] = {}  # (shape, failed generation) -> rule 2
         self._freed: dict[int, list[str] | None] = {}  # generation -> distinct nodes freed since
+        self._feasible: dict[int, frozenset[str]] = {}  # one-pod-set shape -> its feasible nodes
 
     def start(self, cache: CapacityCache) -> None:
         if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
@@ -225,6 +226,7 @@ class _Shortcuts:
         """Capacity was freed or nodes changed: keep what stays true, drop the rest."""
         if cache.nodes_generation != self._nodes_gen:
             self._rooms.clear()  # which nodes count, or their size, changed
+            self._feasible.clear()
             self._nodes_gen = cache.nodes_generation
         elif self._now:
             self._rooms[self._gen] = self._now
@@ -280,7 +282,9 @@ class _Shortcuts:
         names = self._freed_names(since, cache)
         if names is None:
             return None
-        feasible = cache.feasible(ps.constraints)
+        feasible = self._feasible.get(shape)
+        if feasible is None:
+            feasible = self._feasible[shape] = cache.feasible(ps.constraints)
         nodes = cache.nodes
         room = before
         for name in names:

@@ -102,6 +102,7 @@ class CapacityCache:
         # Moves whenever any node's free capacity or schedulability changes (memo validity).
         self.version = 0
         self._bound: dict[JobKey, Counter[str | None]] = {}
+        self._owners: dict[PodOwner, PodOwner] = {}  # canonical owner tuples of bound pods
         self._on_freed = on_freed
         self.freed_generation = 0
         self.nodes_generation = 0
@@ -223,11 +224,15 @@ class CapacityCache:
             if current.node == node and current.request is request and current.owner == owner:
                 return None
             self.delete_pod(uid)
-        self._pods[uid] = _PodUsage(node, request, owner)
         state = self.nodes.get(node)
         if state is None:
             state = NodeState(name=node)
             self.nodes[node] = state
+        else:
+            node = state.name  # one string per node, not one per pod
+        if owner is not None:  # likewise one owner tuple per (job, pod set)
+            owner = self._owners.setdefault(owner, owner)
+        self._pods[uid] = _PodUsage(node, request, owner)
         free = state.free
         for name, amount in request.items():
             free[name] = free.get(name, 0) - amount
@@ -264,6 +269,7 @@ class CapacityCache:
             counts[pod_set] -= 1
             if counts[pod_set] <= 0:
                 del counts[pod_set]
+                self._owners.pop(usage.owner, None)
             if not counts:
                 del self._bound[job]
         return job
@@ -342,8 +348,14 @@ class CapacityCache:
         if memo is not None and memo[0] == self.version:
             return memo[1]
         nodes = self.nodes
-        most: int | None = None
-        for name in self.feasible(constraints):
+        feasible = self.feasible(constraints)
+        if self._stale:
+            self._refresh_index()
+        most = self._index.most(res, feasible, lambda name: nodes[name].free)
+        if most is not None:
+            self._most[key] = (self.version, most)
+            return most
+        for name in feasible:
             amount = nodes[name].free.get(res, 0)
             if most is None or amount > most:
                 most = amount

@@ -14,7 +14,7 @@ cluster from fragmenting.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 
 from kubequeue.resources import GPU
 
@@ -73,6 +73,25 @@ class FreeIndex:
         old = self._where.pop(name, None)
         if old is not None:
             del self._buckets[old[0]][old[1]][name]
+
+    def most(
+        self, resource: str, among: Container[str], free: Callable[[str], Mapping[str, int]]
+    ) -> int | None:
+        """The largest free ``resource`` (GPU or CPU) of the nodes in ``among``, from the top
+        buckets down: every node with more sits in a higher bucket, so the maximum is among the
+        ``among`` members of the highest bucket that has any. None when that is the lowest
+        bucket (amounts under one unit, absent or negative: the caller scans instead)."""
+        if resource == GPU:
+            for g in range(_GPU_KEYS - 1, 0, -1):
+                found = [n for bucket in self._buckets[g] for n in bucket if n in among]
+                if found:
+                    return max(free(n).get(GPU, 0) for n in found)
+        elif resource == "cpu":
+            for c in range(_CPU_KEYS - 1, 0, -1):
+                found = [n for row in self._buckets for n in row[c] if n in among]
+                if found:
+                    return max(free(n).get("cpu", 0) for n in found)
+        return None
 
     def candidates(self, request: Mapping[str, int]) -> Iterator[str]:
         """Nodes that may have room for ``request``, tightest first. Superset of the real fits."""

@@ -120,6 +120,8 @@ class Reservations:
             return 0
         moved = 0
         for held in self._held.values():
+            if not held.placed:  # most admitted jobs: every pod bound, nothing held
+                continue
             for name, nodes in list(held.placed.items()):
                 ps = held.pod_sets[name]
                 for node, count in list(nodes.items()):
