@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from bench.__main__ import main
 
 
+@pytest.fixture
+def keep_structlog_config() -> Iterator[None]:
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)  # the bench counts log events instead of printing them
+
+
+@pytest.mark.usefixtures("keep_structlog_config")
 def test_quick_bench_runs_and_never_overcommits(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
