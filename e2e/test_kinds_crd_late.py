@@ -13,7 +13,6 @@ import pytest
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
 from e2e.jobs import get_job, is_suspended, job
-from e2e.operators.known_bugs import ADMISSION_PATCH_FROM_EMPTY_OBJECT
 from e2e.operators.manifests import (
     SUSPEND_ANNOTATION,
     admission_probe,
@@ -32,7 +31,6 @@ pytestmark = pytest.mark.e2e
 CRD_PICKUP_S = 25.0
 
 
-@ADMISSION_PATCH_FROM_EMPTY_OBJECT
 async def test_kind_whose_crd_appears_later_is_picked_up_and_jobs_never_wait_for_it(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,

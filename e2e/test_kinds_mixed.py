@@ -11,7 +11,6 @@ import pytest
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
 from e2e.jobs import job
-from e2e.operators.known_bugs import ADMISSION_PATCH_FROM_EMPTY_OBJECT
 from e2e.operators.manifests import (
     GpuSampler,
     admission_probe,
@@ -55,7 +54,6 @@ EXPECTED_ORDER = ["d-job-high", "e-torch-high", "f-ray-high", "a-job", "b-ray", 
                   "g-job"]
 
 
-@ADMISSION_PATCH_FROM_EMPTY_OBJECT
 async def test_jobs_rayjobs_and_pytorchjobs_share_gpu_nodes_in_queue_order_without_overcommit(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,

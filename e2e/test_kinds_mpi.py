@@ -11,7 +11,6 @@ import pytest
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
 from e2e.jobs import get_job, is_suspended, job
-from e2e.operators.known_bugs import ADMISSION_PATCH_FROM_EMPTY_OBJECT
 from e2e.operators.manifests import (
     admission_probe,
     admitted_at,
@@ -30,7 +29,6 @@ pytestmark = pytest.mark.e2e
 JOB_NAME = "training.kubeflow.org/job-name"
 
 
-@ADMISSION_PATCH_FROM_EMPTY_OBJECT
 async def test_mpijob_waits_while_full_then_workers_and_launcher_run(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,

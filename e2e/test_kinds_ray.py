@@ -12,7 +12,6 @@ import pytest
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
 from e2e.jobs import get_job, is_suspended, job
-from e2e.operators.known_bugs import RAYJOB_PODS_NOT_ATTRIBUTED
 from e2e.operators.manifests import (
     admitted_at,
     bound,
@@ -131,7 +130,6 @@ async def test_rayjob_demand_is_placed_per_node_head_workers_and_submitter(
     assert extra in nodes and len(set(nodes)) == 2, nodes
 
 
-@RAYJOB_PODS_NOT_ATTRIBUTED
 async def test_capacity_held_for_a_rayjob_is_released_once_its_pods_run(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,

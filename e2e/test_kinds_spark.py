@@ -13,7 +13,6 @@ import pytest
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
 from e2e.jobs import get_job, is_suspended, job
-from e2e.operators.known_bugs import ADMISSION_PATCH_FROM_EMPTY_OBJECT
 from e2e.operators.manifests import (
     SUSPEND_ANNOTATION,
     admission_probe,
@@ -43,7 +42,6 @@ def _state(app: dict[str, Any]) -> str:
     return str(app.get("status", {}).get("applicationState", {}).get("state", ""))
 
 
-@ADMISSION_PATCH_FROM_EMPTY_OBJECT
 async def test_spark_application_waits_while_full_then_spark_submit_creates_the_driver(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,

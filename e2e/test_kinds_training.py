@@ -12,7 +12,6 @@ import pytest
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
 from e2e.jobs import get_job, is_suspended, job
-from e2e.operators.known_bugs import ADMISSION_PATCH_FROM_EMPTY_OBJECT
 from e2e.operators.manifests import (
     admission_probe,
     admitted_at,
@@ -44,7 +43,6 @@ async def _blocker_running(kubectl: Kubectl, namespace: str) -> bool:
     return not is_suspended(await get_job(kubectl, namespace, "blocker"))
 
 
-@ADMISSION_PATCH_FROM_EMPTY_OBJECT
 async def test_tfjob_waits_while_full_and_the_operator_starts_it_only_after_admission(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,
@@ -89,7 +87,6 @@ async def test_tfjob_waits_while_full_and_the_operator_starts_it_only_after_admi
     await wait_until("the operator reports the TFJob Running", running, 60)
 
 
-@ADMISSION_PATCH_FROM_EMPTY_OBJECT
 async def test_tfjob_with_a_negative_gpu_request_gets_invalid_job_and_never_starts(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,
@@ -115,7 +112,6 @@ async def test_tfjob_with_a_negative_gpu_request_gets_invalid_job_and_never_star
                      admission_probe(kubectl, "tfjob", namespace, "fine", runpolicy_suspended))
 
 
-@ADMISSION_PATCH_FROM_EMPTY_OBJECT
 async def test_pytorchjob_master_and_worker_must_each_fit_on_a_node(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,
