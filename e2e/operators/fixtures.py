@@ -10,7 +10,7 @@ at teardown if it died meanwhile, and a failing test shows the tails of their lo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -18,9 +18,24 @@ from e2e.operators.runner import Operators
 from e2e.support import ClusterHandle, Kubectl
 
 
+def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
+    """Build progress straight to the terminal: a cold operator build takes minutes, and pytest
+    would hold captured output back until the test ends."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def log(message: str) -> None:
+        with capture.global_and_fixture_disabled():
+            print(message, flush=True)
+
+    return log
+
+
 @pytest.fixture(scope="session")
-def _operator_session(cluster: ClusterHandle, kubectl: Kubectl) -> Iterator[Operators]:
-    ops = Operators(kubectl, cluster.kubeconfig, cluster.logs_dir / "operators")
+def _operator_session(
+    cluster: ClusterHandle, kubectl: Kubectl, request: pytest.FixtureRequest
+) -> Iterator[Operators]:
+    ops = Operators(kubectl, cluster.kubeconfig, cluster.logs_dir / "operators",
+                    log=_terminal_log(request.config))
     try:
         yield ops
     finally:

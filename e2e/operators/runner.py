@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from e2e.cluster.build import Log, say
 from e2e.cluster.ports import PortReservation
 from e2e.cluster.processes import ComponentError, Process
 from e2e.operators.build import crd_paths, ensure_operator, operator
@@ -69,7 +70,9 @@ class Operators:
     """The session's operators: ``await start("ray")`` builds (cached), installs the CRDs from
     the pinned module and starts the operator once; later calls return the running one."""
 
-    def __init__(self, kubectl: Kubectl, kubeconfig: Path, work_dir: Path) -> None:
+    def __init__(self, kubectl: Kubectl, kubeconfig: Path, work_dir: Path,
+                 log: Log = say) -> None:
+        self.log = log
         self.kubectl = kubectl
         self.kubeconfig = kubeconfig
         self.work_dir = work_dir
@@ -121,7 +124,7 @@ class Operators:
                 return found
             op = operator(name)
             # Built in the calling (main) thread: go build is tied to it by the death signal.
-            binary = ensure_operator(name)
+            binary = ensure_operator(name, self.log)
             await self.install_crds(name)
             prepare, launch = _RECIPES[name]
             await prepare(self)
@@ -410,7 +413,7 @@ async def _prepare_spark(ops: Operators) -> None:
     DER: object is not integer"). cluster-admin stands in for the chart's operator RBAC."""
     from e2e.operators.spark import spark_home
 
-    await asyncio.to_thread(spark_home)  # Maven, once per machine
+    await asyncio.to_thread(spark_home, ops.log)  # Maven, once per machine
     await _ensure_namespace(ops.kubectl, SPARK_NAMESPACE)
     await _apply_all(ops.kubectl, [
         {"apiVersion": "v1", "kind": "ServiceAccount",

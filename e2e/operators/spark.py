@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from e2e.cluster.build import BuildError, bin_root, say
+from e2e.cluster.build import BuildError, Log, bin_root, say
 
 POM = Path(__file__).resolve().parent / "spark-submit" / "pom.xml"
 STAMP = ".built.json"
@@ -51,7 +51,7 @@ def _lock() -> Iterator[None]:
         yield
 
 
-def spark_home() -> Path:
+def spark_home(log: Log = say) -> Path:
     """The cached SPARK_HOME, made on first use (Maven downloads the jars once per machine)."""
     final = _directory()
     if (final / STAMP).is_file():
@@ -66,7 +66,7 @@ def spark_home() -> Path:
         scratch = final.with_name(f".{final.name}.partial-{os.getpid()}")
         shutil.rmtree(scratch, ignore_errors=True)
         (scratch / "bin").mkdir(parents=True)
-        say(f"[build] spark-submit client (Spark jars from Maven Central) -> {final}")
+        log(f"[build] spark-submit client (Spark jars from Maven Central) -> {final}")
         started = time.monotonic()
         proc = subprocess.run(
             ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
@@ -86,5 +86,5 @@ def spark_home() -> Path:
             {"pom": str(POM), "jars": jars, "seconds": round(elapsed, 1)}, indent=2) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         scratch.rename(final)
-        say(f"[build] spark-submit client: {jars} jars in {elapsed:.0f}s")
+        log(f"[build] spark-submit client: {jars} jars in {elapsed:.0f}s")
     return final
