@@ -107,7 +107,7 @@ def test_kubeflow_finished_and_priority() -> None:
     assert kind.priority_class_name(obj) == "high"
 
 
-def test_pytorch_elastic_uses_min_replicas() -> None:
+def test_pytorch_elastic_counts_the_replicas_the_operator_creates() -> None:
     obj = {
         "metadata": meta(),
         "spec": {
@@ -118,7 +118,7 @@ def test_pytorch_elastic_uses_min_replicas() -> None:
             },
         },
     }
-    assert {k: v[0] for k, v in demand(PyTorchJobKind(), obj).items()} == {"master": 1, "worker": 2}
+    assert {k: v[0] for k, v in demand(PyTorchJobKind(), obj).items()} == {"master": 1, "worker": 8}
 
 
 def test_mpijob_launcher_pod_via_labels() -> None:
@@ -142,7 +142,7 @@ def test_mpijob_launcher_pod_via_labels() -> None:
                 "labels": {
                     "training.kubeflow.org/job-name": "j",
                     "training.kubeflow.org/operator-name": "mpi-operator",
-                    "training.kubeflow.org/replica-type": "launcher",
+                    "training.kubeflow.org/job-role": "launcher",
                 },
                 "ownerReferences": [{"kind": "Job", "name": "j-launcher", "controller": True}],
             }
@@ -150,6 +150,22 @@ def test_mpijob_launcher_pod_via_labels() -> None:
         Pod,
     )
     assert kind.pod_owner(launcher) == ("j", "launcher")
+    worker = msgspec.convert(
+        {
+            "metadata": {
+                "name": "j-worker-0",
+                "namespace": "ns",
+                "labels": {
+                    "training.kubeflow.org/job-name": "j",
+                    "training.kubeflow.org/operator-name": "mpi-operator",
+                    "training.kubeflow.org/job-role": "worker",
+                },
+                "ownerReferences": [{"kind": "MPIJob", "name": "j", "controller": True}],
+            }
+        },
+        Pod,
+    )
+    assert kind.pod_owner(worker) == ("j", "worker")
     # Operator kinds claim such pods before the batch Job adapter does.
     adapters = adapters_for(["job", "mpijob"])
     assert [a.info.kind for a in adapters] == ["MPIJob", "Job"]

@@ -3,7 +3,9 @@ Launcher + Worker replicas.
 
 mpi-operator v2 runs the launcher as a batch Job owned by the MPIJob, so its pod is owned by
 that Job, not by the MPIJob; both launcher and worker pods carry the training.kubeflow.org
-job-name label, which is what ties them to the MPIJob here.
+job-name label, which is what ties them to the MPIJob here, and their role in
+``training.kubeflow.org/job-role`` (launcher | worker; mpi-operator v0.7 defaultLabels), which
+names the pod set. training-operator's v1 MPIJob uses ``replica-type`` instead.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ __all__ = ["MPIJobKind", "MPIJobV1Kind"]
 
 _JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 _OPERATOR_LABEL = "training.kubeflow.org/operator-name"
+_ROLE_LABEL = "training.kubeflow.org/job-role"
 
 
 class MPIJobKind(ReplicaSpecKind):
@@ -25,14 +28,14 @@ class MPIJobKind(ReplicaSpecKind):
     replica_field = "mpiReplicaSpecs"
 
     def pod_owner(self, pod: Pod) -> PodOwnership | None:
+        labels = pod.metadata.labels
+        role = labels.get(_ROLE_LABEL) or labels.get(REPLICA_TYPE_LABEL)
         owned = super().pod_owner(pod)
         if owned is not None:
-            return owned
-        labels = pod.metadata.labels
+            return owned[0], role.lower() if role else owned[1]
         name = labels.get(_JOB_NAME_LABEL)
         if name and labels.get(_OPERATOR_LABEL) == "mpi-operator":
-            replica_type = labels.get(REPLICA_TYPE_LABEL)
-            return name, replica_type.lower() if replica_type else None
+            return name, role.lower() if role else None
         return None
 
 

@@ -1,12 +1,15 @@
-"""kubeflow.org/v1 PyTorchJob: Master + Worker; an elastic job needs its minReplicas workers."""
+"""kubeflow.org/v1 PyTorchJob: Master + Worker replicas.
+
+Elastic jobs count ``Worker.replicas``, not ``elasticPolicy.minReplicas``: training-operator
+(v1.9, measured in e2e) creates ``replicas`` worker pods at start and uses minReplicas only as
+the autoscaler's floor, so holding minReplicas would admit a job whose extra workers then sit
+Pending on GPUs that are not there - the half-started job kube-queue exists to prevent.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from kubequeue.kinds.common import dig
 from kubequeue.kinds.kubeflow import ReplicaSpecKind
-from kubequeue.kinds.protocol import KindInfo, Obj
+from kubequeue.kinds.protocol import KindInfo
 
 __all__ = ["PyTorchJobKind"]
 
@@ -20,11 +23,3 @@ class PyTorchJobKind(ReplicaSpecKind):
         plural="pytorchjobs",
     )
     replica_field = "pytorchReplicaSpecs"
-
-    def replica_count(self, replica_type: str, replica_spec: dict[str, Any], obj: Obj) -> Any:
-        # An elastic job starts once minReplicas workers run; holding capacity for maxReplicas
-        # would keep it waiting for room it does not need to start.
-        minimum = dig(obj, "spec", "elasticPolicy", "minReplicas")
-        if replica_type.lower() == "worker" and isinstance(minimum, int):
-            return minimum
-        return replica_spec.get("replicas", 1)
