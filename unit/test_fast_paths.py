@@ -16,6 +16,7 @@ from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import explain, place
+from kubequeue.capacity.index import FreeIndex
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import PodSet, pod_set_from_template
 from kubequeue.kinds.common import ADMITTED_AT
@@ -373,3 +374,89 @@ def test_room_tracks_freed_capacity_pod_by_pod() -> None:
         assert cycle.run().admitted == []
     tracker.cache.delete_pod("busy2")
     assert [a.job.key[2] for a in cycle.run().admitted] == ["j000"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(cache_op_st, max_size=60))
+def test_lazy_index_gives_candidates_in_the_order_an_eager_index_would(ops) -> None:
+    """Bucket moves are applied when the index is read, in the order they happened: the same
+    candidate order (and so the same placements) as updating the index on every event."""
+    cache = CapacityCache()
+    eager = FreeIndex()
+    reserved: list[tuple[str, dict[str, int], int]] = []
+
+    def touched(name: str, free: dict[str, int] | None = None) -> None:
+        """What the cache did on every change before its index was lazy."""
+        state = cache.nodes.get(name)
+        if state is not None and state.schedulable:
+            eager.update(name, free if free is not None else state.free)
+        else:
+            eager.remove(name)
+
+    for op in ops:
+        if op[0] == "pod":
+            node = f"n{op[2]}"
+            before = cache._pods.get(f"p{op[1]}")
+            pod = b.pod(f"p{op[1]}", node, {GPU: str(op[3]), "cpu": f"{op[4]}m"},
+                        uid=f"p{op[1]}")
+            request = demand.pod_request(pod.spec)
+            same = before is not None and before.node == node and before.request is request
+            cache.upsert_pod(pod, None)
+            if before is not None and not same:
+                if before.node == node:  # taken off, then put back: two moves on one node
+                    middle = dict(cache.nodes[node].free)
+                    for res, amount in request.items():
+                        middle[res] = middle.get(res, 0) + amount
+                    touched(node, middle)
+                elif before.node in cache.nodes:
+                    touched(before.node)
+            if not same:
+                touched(node)
+        elif op[0] == "end" and cache._pods:
+            uids = sorted(cache._pods)
+            node = cache._pods[uids[op[1] % len(uids)]].node
+            cache.delete_pod(uids[op[1] % len(uids)])
+            touched(node)
+        elif op[0] == "reserve":
+            request = {GPU: op[2] * 1000, "cpu": 500, "pods": 1000}
+            cache.reserve(f"n{op[1]}", request, op[3])
+            reserved.append((f"n{op[1]}", request, op[3]))
+            touched(f"n{op[1]}")
+        elif op[0] == "unreserve" and reserved:
+            node, request, count = reserved.pop(op[1] % len(reserved))
+            cache.unreserve(node, request, count)
+            touched(node)
+        elif op[0] == "node":
+            cache.upsert_node(b.node(f"n{op[1]}", cpu=str(op[2]), gpu=4, ready=op[3]))
+            touched(f"n{op[1]}")
+        elif op[0] == "gone":
+            cache.delete_node(f"n{op[1]}")
+            eager.remove(f"n{op[1]}")
+        if op[1] % 3 == 0:  # read the index now and then (applies the pending moves)
+            request = {GPU: (op[1] % 5) * 1000, "cpu": 250}
+            assert list(cache.candidates(request)) == list(eager.candidates(request))
+    for gpus in range(5):
+        request = {GPU: gpus * 1000, "cpu": 250}
+        assert list(cache.candidates(request)) == list(eager.candidates(request))
+
+
+def test_a_node_that_moves_away_and_back_goes_last_in_its_bucket() -> None:
+    cache = CapacityCache()
+    for name in ("a", "b"):
+        cache.upsert_node(b.node(name, cpu="8", gpu=4))
+    assert list(cache.candidates({GPU: 1000})) == ["a", "b"]
+    cache.upsert_pod(b.pod("p", "a", {GPU: "2"}, uid="p"), None)  # a: 4 -> 2 free GPUs
+    cache.delete_pod("p")  # and back to 4, before anyone looked
+    assert list(cache.candidates({GPU: 3000})) == ["b", "a"]  # as if updated at once
+
+
+def test_pending_moves_apply_in_the_order_they_happened() -> None:
+    cache = CapacityCache()
+    for name in ("a", "b"):
+        cache.upsert_node(b.node(name, cpu="8", gpu=4))
+    list(cache.candidates({}))
+    cache.upsert_pod(b.pod("pa", "a", {GPU: "1"}, uid="pa"), None)  # a -> 3 free
+    cache.upsert_pod(b.pod("pb", "b", {GPU: "1"}, uid="pb"), None)  # b -> 3 free
+    cache.upsert_pod(b.pod("pa2", "a", {GPU: "1"}, uid="pa2"), None)  # a -> 2 free
+    cache.delete_pod("pa2")  # a -> 3 free again: it moved into that bucket after b did
+    assert list(cache.candidates({GPU: 3000})) == ["b", "a"]

@@ -21,13 +21,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
 import structlog
 
 from kubequeue import resources
-from kubequeue.capacity.index import FreeIndex
+from kubequeue.capacity.index import CPU_KEY_MAX, CPU_STEP, GPU_KEY_MAX, FreeIndex, bucket_of
 from kubequeue.demand import DemandError, cached_pod_request, parse_resource_map, pod_request
 from kubequeue.objects import Node, Pod, Taint
-from kubequeue.resources import Resources
+from kubequeue.resources import GPU, Resources
 from kubequeue.scheduling import NodeConstraints
 
 __all__ = ["CapacityCache", "JobKey", "NodeState", "PodOwner"]
@@ -55,6 +56,10 @@ class NodeState:
     # and ``pods``; ``used`` is derived when asked for).
     free: Resources = field(default_factory=dict)
     pods: int = 0  # pods charged to this node (so "does any pod use it" is O(1))
+    # The free-capacity index bucket this node belongs in (None: not indexed, i.e. not
+    # schedulable), and when that last changed (see CapacityCache._refresh_index).
+    index_key: tuple[int, int] | None = None
+    moved: int = 0
 
     @property
     def schedulable(self) -> bool:
@@ -77,8 +82,10 @@ class NodeState:
         self.free = free
 
 
-@dataclass(slots=True)
-class _PodUsage:
+class _PodUsage(msgspec.Struct, gc=False):
+    """One accounted pod (one per running pod, so: C-level construction, and not tracked by the
+    cyclic GC: it only refers to strings, an interned request and an owner tuple, no cycles)."""
+
     node: str
     request: Resources
     owner: PodOwner | None
@@ -92,10 +99,11 @@ class CapacityCache:
         self.nodes: dict[str, NodeState] = {}
         self._pods: dict[str, _PodUsage] = {}
         self._index = FreeIndex()
-        # Nodes whose free capacity or schedulability changed since the index was last brought
-        # up to date (insertion-ordered). The index is read only by candidates(), which updates
-        # it first, so a burst of pod events costs one index update per node, not per event.
+        # Nodes whose index bucket changed since the index was last brought up to date. The
+        # index is read only through candidates() and most_free(), which apply these moves
+        # first, so a burst of pod events costs at most one index update per node.
         self._stale: dict[str, None] = {}
+        self._moves = 0
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
         self._groups: dict[NodeConstraints, list[tuple[Resources, int]]] = {}
         self._most: dict[tuple[NodeConstraints, str], tuple[int, int]] = {}
@@ -158,6 +166,7 @@ class CapacityCache:
         if state is None:
             return
         self._index.remove(name)
+        state.index_key = None
         self._feasible.clear()
         self._groups.clear()
         self.nodes_generation += 1
@@ -168,19 +177,35 @@ class CapacityCache:
             del self.nodes[name]
 
     def _node_changed(self, state: NodeState) -> None:
-        self._stale[state.name] = None
         self.version += 1
+        key = bucket_of(state.free) if state.schedulable else None
+        if key != state.index_key:
+            self._moved(state, key)
+
+    def _moved(self, state: NodeState, key: tuple[int, int] | None) -> None:
+        state.index_key = key
+        self._moves += 1
+        state.moved = self._moves
+        self._stale[state.name] = None
 
     def _refresh_index(self) -> None:
+        """Apply the pending bucket moves in the order they happened: each moved node goes last
+        in its bucket, exactly where moving it at once would have put it, so candidates come in
+        the same order as with an index updated on every event."""
         nodes = self.nodes
         index = self._index
-        for name in self._stale:
+        stale = self._stale
+        order: list[str] = list(stale)
+        if len(order) > 1:
+            order.sort(key=lambda n: s.moved if (s := nodes.get(n)) is not None else 0)
+        for name in order:
             state = nodes.get(name)
-            if state is not None and state.schedulable:
-                index.update(name, state.free)
-            else:
+            key = state.index_key if state is not None else None
+            if key is None:
                 index.remove(name)
-        self._stale.clear()
+            else:
+                index.place(name, key)
+        stale.clear()
 
     def _freed(self, node: str) -> None:
         self.freed_generation += 1
@@ -237,8 +262,18 @@ class CapacityCache:
         for name, amount in request.items():
             free[name] = free.get(name, 0) - amount
         state.pods += 1
-        self._stale[node] = None
         self.version += 1
+        key = state.index_key
+        if state.known and state.ready and not state.unschedulable:
+            # bucket_of(free), inlined: this runs on every pod event
+            gpu = free.get(GPU, 0)
+            cpu = free.get("cpu", 0)
+            g = 0 if gpu <= 0 else min(gpu // 1000, GPU_KEY_MAX)
+            c = 0 if cpu <= 0 else min((cpu // CPU_STEP).bit_length(), CPU_KEY_MAX)
+            if key is None or key[0] != g or key[1] != c:
+                self._moved(state, (g, c))
+        elif key is not None:
+            self._moved(state, None)
         if owner is not None:
             job, pod_set = owner
             counts = self._bound.get(job)

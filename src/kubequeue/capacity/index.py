@@ -18,7 +18,7 @@ from collections.abc import Callable, Container, Iterator, Mapping
 
 from kubequeue.resources import GPU
 
-__all__ = ["FreeIndex"]
+__all__ = ["CPU_KEY_MAX", "CPU_STEP", "GPU_KEY_MAX", "FreeIndex", "bucket_of"]
 
 _GPU_KEYS = 17  # 0..16 whole free GPUs; 16 means "16 or more"
 _CPU_STEP = 250  # millicores
@@ -35,6 +35,22 @@ def _cpu_key(milli: int) -> int:
     if milli <= 0:
         return 0
     return min((milli // _CPU_STEP).bit_length(), _CPU_KEYS - 1)
+
+
+# For callers that inline bucket_of on a hot path (capacity/cache.py).
+GPU_KEY_MAX = _GPU_KEYS - 1
+CPU_KEY_MAX = _CPU_KEYS - 1
+CPU_STEP = _CPU_STEP
+
+
+def bucket_of(free: Mapping[str, int]) -> tuple[int, int]:
+    """The (GPU, CPU) bucket a node with this free vector belongs in."""
+    gpu = free.get(GPU, 0)
+    cpu = free.get("cpu", 0)
+    return (
+        0 if gpu <= 0 else min(gpu // 1000, _GPU_KEYS - 1),
+        0 if cpu <= 0 else min((cpu // _CPU_STEP).bit_length(), _CPU_KEYS - 1),
+    )
 
 
 class FreeIndex:
@@ -68,6 +84,14 @@ class FreeIndex:
             del self._buckets[old[0]][old[1]][name]
         self._buckets[g][c][name] = None
         self._where[name] = (g, c)
+
+    def place(self, name: str, key: tuple[int, int]) -> None:
+        """Put ``name`` last in bucket ``key`` (taking it out of wherever it was)."""
+        old = self._where.get(name)
+        if old is not None:
+            del self._buckets[old[0]][old[1]][name]
+        self._buckets[key[0]][key[1]][name] = None
+        self._where[name] = key
 
     def remove(self, name: str) -> None:
         old = self._where.pop(name, None)
