@@ -323,6 +323,7 @@ class GpuSampler:
     requests per node; records any moment at which a node's sum exceeded its allocatable."""
 
     kubectl: Kubectl
+    nodes: frozenset[str] = frozenset()  # only these nodes; empty: every node that exists
     interval_s: float = 0.5
     samples: int = 0
     overcommits: list[str] = field(default_factory=list)
@@ -354,8 +355,11 @@ class GpuSampler:
             used[pod["spec"]["nodeName"]] = used.get(pod["spec"]["nodeName"], 0) + pod_gpus(pod)
         self.samples += 1
         for node, gpus in used.items():
+            # Pods of earlier tests may still name nodes that no longer exist: skip them.
+            if node not in allocatable or (self.nodes and node not in self.nodes):
+                continue
             self.peak[node] = max(self.peak.get(node, 0), gpus)
-            if node in allocatable and gpus > allocatable[node]:
+            if gpus > allocatable[node]:
                 self.overcommits.append(
                     f"{time.strftime('%H:%M:%S')} {node}: {gpus} GPUs bound > "
                     f"{allocatable[node]} allocatable")
