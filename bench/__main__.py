@@ -7,6 +7,7 @@ not the leftovers of the timed runs; the scaling table runs each other size in a
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -42,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes, one run, no scaling table: a few seconds")
     p.add_argument("--json", metavar="PATH", help="also write every raw result as JSON here")
+    p.add_argument("--trace", metavar="PATH",
+                   help="no figures: one run on a per-cycle clock, every cycle's decisions "
+                   "(evaluated, admitted jobs, placements, notices) written here as JSON, to "
+                   "compare two code trees")
     p.add_argument("--child", choices=("core", "memory", "memory-trace"), help=argparse.SUPPRESS)
     return p
 
@@ -58,18 +63,21 @@ def _sizes(args: argparse.Namespace, nodes: int | None = None) -> Sizes:
     )
 
 
+def _core_run(
+    args: argparse.Namespace, sizes: Sizes, trace: list[Any] | None = None
+) -> dict[str, Any]:
+    return core_run(
+        sizes,
+        latency_samples=args.latency_samples,
+        drain_batch=args.drain_batch or max(1, sizes.pods // 100),
+        drain_rounds=args.drain_rounds,
+        reference_lines=args.reference_lines if trace is None else 0,
+        trace=trace,
+    )
+
+
 def _core(args: argparse.Namespace, sizes: Sizes, runs: int) -> dict[str, Any]:
-    results = []
-    for _ in range(runs):
-        results.append(
-            core_run(
-                sizes,
-                latency_samples=args.latency_samples,
-                drain_batch=args.drain_batch or max(1, sizes.pods // 100),
-                drain_rounds=args.drain_rounds,
-                reference_lines=args.reference_lines,
-            )
-        )
+    results = [_core_run(args, sizes) for _ in range(runs)]
     return {"summary": summarise(results), "raw": results}
 
 
@@ -100,6 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         args.runs, args.latency_samples, args.drain_rounds = 1, 40, 40
         args.reference_lines, args.scaling = 300, ""
     sizes = _sizes(args)
+    if args.trace:
+        trace: list[Any] = []
+        _core_run(args, sizes, trace)
+        text = json.dumps(trace)
+        with open(args.trace, "w") as f:
+            f.write(text)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        print(f"{len(trace)} cycles traced to {args.trace} (sha256 {digest})")
+        return 0
     if args.child:
         if args.child == "core":
             out: dict[str, Any] = _core(args, sizes, args.runs)
@@ -125,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                        "memory_trace": memory_trace}
             else:
                 core = _child(args, "core", s, args.scaling_runs)
-                mem, trace = _memory(args, s)
-                row = {"summary": core["summary"], "memory": mem, "memory_trace": trace}
+                mem, heap = _memory(args, s)
+                row = {"summary": core["summary"], "memory": mem, "memory_trace": heap}
             rows.append(row)
         report["scaling"] = rows
         print_scaling(rows)

@@ -77,6 +77,7 @@ def core_run(
     drain_batch: int,
     drain_rounds: int,
     reference_lines: int,
+    trace: list[Any] | None = None,
 ) -> dict[str, Any]:
     """One full run on a fresh state: ingest, first cycle, latency samples, then the drain."""
     LOG_EVENTS.clear()
@@ -87,7 +88,7 @@ def core_run(
     # otherwise be scanned by every full GC collection, work a real controller never does.
     node_lines, pod_lines = _initial_lines(sizes)
     gc.collect()
-    h = Harness()
+    h = Harness(trace=trace)
     h.feed_nodes(node_lines)
     out["pod_line_bytes"] = sum(map(len, pod_lines)) / len(pod_lines)
     started = clock()
@@ -122,13 +123,13 @@ def core_run(
 
     # ---- the first cycle sees every queued job at once (cold start / failover)
     started = clock()
-    first = h.cycle.run()
+    first = h.run_cycle()
     out["first_cycle_s"] = clock() - started
     out["first_cycle_evaluated"] = first.evaluated
     out["first_cycle_admitted"] = len(first.admitted)
     sim.admit(first)
     while True:  # settle: the admissions' pods are bound; nothing else fits right now
-        again = h.cycle.run()
+        again = h.run_cycle()
         if not again.admitted:
             break
         sim.admit(again)
@@ -136,13 +137,13 @@ def core_run(
     # ---- latency: one pod ends -> the cycle the loop runs for it returns
     enabled: list[float] = []
     idle: list[float] = []
-    cycle = h.cycle
+    run_cycle = h.run_cycle
     dispatch = h.pod_informer._dispatch
     for pod in itertools.islice(sim.free_pods(), latency_samples):
         line = cluster.pod_line(pod, "DELETED")
         started = clock()
         dispatch(line)
-        result = cycle.run()
+        result = run_cycle()
         elapsed = clock() - started
         (enabled if result.admitted else idle).append(elapsed)
         sim.admit(result)
@@ -162,7 +163,7 @@ def core_run(
         h.feed_jobs(job_lines)
         h.feed_pods(del_lines)
         mid = clock()
-        result = cycle.run()
+        result = run_cycle()
         done = clock()
         ingest_s += mid - started
         cycle_s += done - mid
@@ -233,7 +234,7 @@ def memory_run(sizes: Sizes, *, trace: bool) -> dict[str, float]:
     for w in cluster.queued_jobs():
         h.feed_jobs([cluster.job_line(w, suspend=True)])
     del cluster
-    h.cycle.run()
+    h.run_cycle()
     gc.collect()
     out = {
         "baseline_rss_mib": baseline,

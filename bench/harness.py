@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import structlog
 
+from kubequeue.admission.cycle import CycleResult
 from kubequeue.controller import Controller
 from kubequeue.kube.informer import Informer
 from kubequeue.settings import Settings
@@ -44,7 +45,16 @@ class _NoApiServer:
 
 
 class Harness:
-    def __init__(self, *, strict_fifo: bool = False, starvation_seconds: float = 0.0) -> None:
+    """``trace``: record every cycle's outcome there, on a clock that moves one second per cycle
+    (so two code trees can be compared decision by decision; see ``python -m bench --trace``)."""
+
+    def __init__(
+        self,
+        *,
+        strict_fifo: bool = False,
+        starvation_seconds: float = 0.0,
+        trace: list[Any] | None = None,
+    ) -> None:
         # The starvation guard is off by default: the generated Jobs were created days before
         # the run, so with the guard on every cycle would stop at the first job that does not
         # fit (StrictFIFO behind the head of the line) and measure that job, not the core.
@@ -68,6 +78,25 @@ class Harness:
         self.reservations = self.controller.reservations
         self.cycle = self.controller.cycle
         self.adapter = self.tracker.adapters["Job"]
+        self.trace = trace
+        self._tick = 0.0
+        if trace is not None:
+            self.cycle._clock = lambda: self._tick
+
+    def run_cycle(self) -> CycleResult:
+        """One admission cycle, as the admission loop runs it."""
+        if self.trace is None:
+            return self.cycle.run()
+        self._tick += 1.0
+        result = self.cycle.run()
+        self.trace.append([
+            result.evaluated,
+            result.waiting,
+            [[list(a.job.key), [[x.node, x.count] for x in a.assignments]]
+             for a in result.admitted],
+            [[list(n.key), n.reason, n.message] for n in result.notices],
+        ])
+        return result
 
     # The informers' per-line entry point; bound once so the loops below stay tight.
     def feed_nodes(self, lines: Iterable[bytes]) -> None:

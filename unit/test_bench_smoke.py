@@ -50,3 +50,12 @@ def test_quick_bench_runs_and_never_overcommits(tmp_path: Path,
         assert mem["pods"] == 2_000 and mem["peak_rss_mib"] > 0
     assert 0 < report["memory_trace"]["heap_mib"] < report["memory_trace"]["peak_rss_mib"]
     assert not math.isnan(report["main"]["summary"]["figures"]["decisions_per_s"]["median"])
+
+
+@pytest.mark.usefixtures("keep_structlog_config")
+def test_quick_trace_records_every_cycles_decisions(tmp_path: Path) -> None:
+    out = tmp_path / "trace.json"
+    assert main(["--quick", "--trace", str(out)]) == 0
+    cycles = json.loads(out.read_text())
+    assert cycles and all(len(c) == 4 for c in cycles)
+    assert any(c[2] for c in cycles), "no cycle admitted anything"
