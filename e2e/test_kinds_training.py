@@ -145,3 +145,36 @@ async def test_pytorchjob_master_and_worker_must_each_fit_on_a_node(
     roles = sorted(p["metadata"]["labels"].get("training.kubeflow.org/replica-type", "")
                    for p in placed)
     assert roles == ["master", "worker"], roles
+
+
+async def test_elastic_pytorchjob_waits_for_room_for_every_worker_the_operator_starts(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    operators: Operators,
+) -> None:
+    """training-operator starts Worker.replicas pods of an elastic job (minReplicas is only the
+    autoscaler's floor), so admitting it for minReplicas would leave workers Pending."""
+    await operators.start("training")
+    [node] = await fake_nodes.create(NodeSpec("gpu", cpu="64", memory="512Gi", gpus=8))
+    await kube_queue("--kinds=job,pytorchjob")
+    await kubectl.apply(job("blocker", gpus=4, run_for="15s"), "-n", namespace)
+    await wait_until("blocker admitted", lambda: _blocker_running(kubectl, namespace))
+    elastic = pytorchjob("elastic", workers=4, gpus=2)
+    elastic["spec"]["pytorchReplicaSpecs"].pop("Master")
+    elastic["spec"]["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d"}
+    await kubectl.apply(elastic, "-n", namespace)
+    # 4 GPUs free would hold minReplicas (2 x 2 GPUs) but not the 4 workers it starts.
+    queued = await wait_until("Queued", lambda: first_event(kubectl, namespace, "elastic",
+                                                             "Queued"))
+    assert "nvidia.com/gpu" in queued["message"], queued
+    assert await pods(kubectl, namespace, f"{JOB_NAME}=elastic") == []
+
+    await wait_until("elastic PyTorchJob admitted once all 8 GPUs are free",
+                     admission_probe(kubectl, "pytorchjob", namespace, "elastic",
+                                     runpolicy_suspended), 90)
+
+    async def workers_bound() -> list[dict[str, Any]] | None:
+        found = await pods(kubectl, namespace, f"{JOB_NAME}=elastic")
+        return found if len(found) == 4 and len(bound(found)) == 4 else None
+
+    placed = await wait_until("all 4 workers the operator starts are bound", workers_bound, 60)
+    assert {p["spec"]["nodeName"] for p in placed} == {node}
