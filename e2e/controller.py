@@ -26,7 +26,7 @@ import yaml
 from e2e.cluster.processes import Process
 from e2e.support import Kubectl, wait_until
 
-__all__ = ["ControllerIdentity", "KubeQueue", "install_identity", "render_chart"]
+__all__ = ["ControllerIdentity", "KubeQueue", "free_port", "install_identity", "render_chart"]
 
 CHART = Path(__file__).resolve().parent.parent / "helm" / "kube-queue"
 SYSTEM_NAMESPACE = "kube-queue-system"
@@ -87,7 +87,7 @@ async def install_identity(helm: Path, kubectl: Kubectl, work_dir: Path, *set_va
     return ControllerIdentity(path)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -98,7 +98,7 @@ class KubeQueue:
 
     def __init__(self, identity: ControllerIdentity, log_dir: Path, name: str,
                  *extra_args: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.name = name
         argv = [
             sys.executable, "-m", "kubequeue", "run",

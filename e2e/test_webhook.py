@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import pytest
 
 from e2e.cluster.build import ensure_binaries
 from e2e.cluster.nodes import NodeSpec
-from e2e.controller import render_chart
+from e2e.controller import free_port, render_chart
 from e2e.controller_fixtures import StartController
 from e2e.jobs import get_job, is_suspended, job
 from e2e.support import ClusterHandle, FakeNodes, Kubectl, wait_until
 from e2e.webhook import local_webhook_configuration, write_serving_cert
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_auto_queue_creates_jobs_suspended_in_managed_namespaces(
@@ -34,7 +27,7 @@ async def test_auto_queue_creates_jobs_suspended_in_managed_namespaces(
 ) -> None:
     cert_dir = cluster.logs_dir / "webhook" / namespace
     ca = await asyncio.to_thread(write_serving_cert, cert_dir)
-    port = _free_port()
+    port = free_port()
     await kube_queue(
         f"--webhook-port={port}", "--webhook-host=127.0.0.1", f"--webhook-cert-dir={cert_dir}"
     )

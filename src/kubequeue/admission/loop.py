@@ -11,7 +11,6 @@ undone (reservation released, job back in line) - including when leadership is l
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections import Counter
 
@@ -106,7 +105,7 @@ class AdmissionLoop:
                 )
             done = True
             self.tracker.admission_succeeded(job.key, adapter, obj)
-            waited = max(0.0, time.time() - _epoch(job.created)) if job.created else None
+            waited = max(0.0, time.time() - job.created_epoch) if job.created else None
             metrics.ADMISSIONS.labels(adapter.info.name).inc()
             if waited is not None:
                 metrics.ADMISSION_WAIT.labels(adapter.info.name).observe(waited)
@@ -212,10 +211,3 @@ def _placement_text(admission: Admission) -> str:
     if len(shown) > 5:
         shown = [*shown[:5], f"and {len(shown) - 5} more nodes"]
     return ", ".join(shown)
-
-
-def _epoch(rfc3339: str) -> float:
-    try:
-        return datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return time.time()
