@@ -81,16 +81,21 @@ class KubeClient:
         content_type: str = _JSON,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
     ) -> aiohttp.ClientResponse:
-        resp: aiohttp.ClientResponse = await self._api.call_api(
-            path,
-            method,
-            query_params=list(query),
-            header_params={"Accept": _JSON, "Content-Type": content_type},
-            body=dict(body) if body is not None else None,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
+        """The raw response, or ApiError: 36.x returns non-2xx responses unraised in raw mode,
+        a later release may raise ApiException again; both end up as ApiError."""
+        try:
+            resp: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                method,
+                query_params=list(query),
+                header_params={"Accept": _JSON, "Content-Type": content_type},
+                body=dict(body) if body is not None else None,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except k8s_client.ApiException as exc:
+            raise ApiError(exc.status or 0, str(exc.reason), str(exc.body), path) from None
         return resp
 
     async def request(
@@ -104,12 +109,9 @@ class KubeClient:
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
     ) -> bytes:
         """One request; returns the body, raises ApiError on any non-2xx status."""
-        try:
-            resp = await self._call(
-                method, path, query=query, body=body, content_type=content_type, timeout=timeout
-            )
-        except k8s_client.ApiException as exc:  # a later release may raise again
-            raise ApiError(exc.status or 0, str(exc.reason), str(exc.body), path) from None
+        resp = await self._call(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
         async with resp:
             data = await resp.read()
             if not 200 <= resp.status < 300:
@@ -139,10 +141,7 @@ class KubeClient:
         self, path: str, query: Sequence[tuple[str, str]], timeout: aiohttp.ClientTimeout
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A streaming GET (watch); raises ApiError before yielding if the status is not 2xx."""
-        try:
-            resp = await self._call("GET", path, query=query, timeout=timeout)
-        except k8s_client.ApiException as exc:
-            raise ApiError(exc.status or 0, str(exc.reason), str(exc.body), path) from None
+        resp = await self._call("GET", path, query=query, timeout=timeout)
         async with resp:
             if not 200 <= resp.status < 300:
                 raise _error(resp.status, await resp.read(), path)
