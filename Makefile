@@ -14,7 +14,7 @@ help:
 	@echo "make test    - unit tests + e2e tests against a real local control plane"
 	@echo "make unit    - unit tests only (no cluster)"
 	@echo "make e2e     - e2e tests only (E2E_CLUSTER=kind to use your kind cluster)"
-	@echo "make lint    - ruff, mypy --strict, helm lint"
+	@echo "make lint    - ruff, mypy --strict, import layering (lint-imports), helm lint"
 	@echo "make bench   - admission-core benchmark (prints numbers)"
 	@echo "make image   - build the container image with podman or docker"
 
@@ -49,6 +49,7 @@ lint: $(STAMP) cluster-binaries
 	$(VENV)/bin/ruff check src unit e2e bench
 	$(VENV)/bin/ruff format --check src
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$$($(PY) -c 'from e2e.cluster.build import ensure_binaries; print(ensure_binaries().helm)') lint helm/kube-queue
 
 bench: $(STAMP)

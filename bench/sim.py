@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from bench.harness import Harness
 from bench.state import Cluster, PodRec, Workload, event, priority_class_lines
 from kubequeue.admission.cycle import CycleResult
-from kubequeue.capacity.cache import JobKey
+from kubequeue.identity import JobKey
 
 __all__ = ["Simulator"]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from kubequeue.kinds.common import ADMITTED_AT
+from kubequeue.labels import ADMITTED_AT
 
 __all__ = [
     "GPU",

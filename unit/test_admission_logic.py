@@ -7,8 +7,8 @@ from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
-from kubequeue.kinds.common import ADMITTED_AT
 from kubequeue.kinds.job import JobKind
+from kubequeue.labels import ADMITTED_AT
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.resources import GPU
 from unit import builders as b

@@ -19,10 +19,10 @@ from kubequeue.capacity.fit import explain, place
 from kubequeue.capacity.index import FreeIndex
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import PodSet, pod_set_from_template
-from kubequeue.kinds.common import ADMITTED_AT
 from kubequeue.kinds.job import JobKind
 from kubequeue.kube.client import ApiError
 from kubequeue.kube.informer import Informer, _Gone, struct_codec
+from kubequeue.labels import ADMITTED_AT
 from kubequeue.objects import Pod, PodSpec
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 from kubequeue.resources import GPU, max_copies
@@ -92,7 +92,7 @@ def test_single_pod_set_explanation_is_the_general_simulations(nodes, used, coun
 def world(nodes: list[Any], used: list[tuple[int, int, int]], plain: bool
           ) -> tuple[JobTracker, AdmissionCycle]:
     cache = busy_cluster(nodes, used)
-    tracker = JobTracker(cache, JobQueue(), Reservations(cache), clock=lambda: 0.0)
+    tracker = JobTracker(cache, JobQueue(), Reservations(cache))
     tracker.register(JOB)
     tracker.set_priority_classes({}, 0)
     cycle = AdmissionCycle(tracker, clock=lambda: 0.0, wall_clock=lambda: 0.0)

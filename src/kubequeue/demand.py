@@ -10,7 +10,7 @@ not been through the API server's Pod defaulting, so limits stand in for missing
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,6 @@ __all__ = [
     "parse_resource_map",
     "pod_request",
     "pod_set_from_template",
-    "total_demand",
 ]
 
 # A resource name is a (optionally prefixed) qualified name, like "cpu" or "nvidia.com/gpu".
@@ -59,13 +58,6 @@ class PodSet:
     count: int
     request: Resources
     constraints: NodeConstraints = field(default_factory=NodeConstraints)
-
-
-def total_demand(pod_sets: Sequence[PodSet]) -> Resources:
-    out: Resources = {}
-    for ps in pod_sets:
-        resources.add_into(out, ps.request, ps.count)
-    return out
 
 
 def parse_resource_map(values: Mapping[str, Any], where: str) -> Resources:

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubequeue.admission.tracker import JobTracker
-from kubequeue.capacity.cache import CapacityCache, PodOwner
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.identity import PodOwner
 from kubequeue.kinds.protocol import JobAdapter
 from kubequeue.objects import Node, Pod
 

@@ -20,8 +20,6 @@ __all__ = [
     "fits",
     "intern",
     "max_copies",
-    "scaled",
-    "shortfall",
     "sub_into",
     "total",
 ]
@@ -58,10 +56,6 @@ def sub_into(target: Resources, delta: Mapping[str, int], times: int = 1) -> Non
         target[name] = target.get(name, 0) - amount * times
 
 
-def scaled(vector: Mapping[str, int], times: int) -> Resources:
-    return {name: amount * times for name, amount in vector.items()}
-
-
 def total(vectors: Iterable[Mapping[str, int]]) -> Resources:
     out: Resources = {}
     for vector in vectors:
@@ -90,14 +84,6 @@ def max_copies(request: Mapping[str, int], free: Mapping[str, int], limit: int) 
         if copies < best:
             best = copies
     return best
-
-
-def shortfall(request: Mapping[str, int], free: Mapping[str, int]) -> str | None:
-    """The first resource that does not fit, or None when all do."""
-    for name, amount in request.items():
-        if amount > free.get(name, 0):
-            return name
-    return None
 
 
 def describe(vector: Mapping[str, int]) -> str:

@@ -21,7 +21,7 @@ import structlog
 from kubequeue.admission.cycle import Admission, AdmissionCycle
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.tracker import JobTracker
-from kubequeue.capacity.cache import JobKey
+from kubequeue.identity import JobKey
 from kubequeue.kube import writer
 from kubequeue.kube.client import ApiError, KubeClient
 from kubequeue.kube.events import EventRecorder, InvolvedObject

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubequeue.capacity.cache import JobKey
+from kubequeue.identity import JobKey
 
 __all__ = ["Notice"]
 

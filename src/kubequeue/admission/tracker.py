@@ -20,12 +20,14 @@ from typing import Any
 
 import structlog
 
-from kubequeue.capacity.cache import CapacityCache, JobKey
+from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import DemandError, PodSet
-from kubequeue.kinds.common import ADMITTED_AT, annotations_of, dig
+from kubequeue.identity import JobKey
+from kubequeue.kinds.common import annotations_of, dig
 from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj
+from kubequeue.labels import ADMITTED_AT
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 
 __all__ = ["JobTracker", "job_key"]
@@ -48,13 +50,11 @@ class JobTracker:
         queue: JobQueue,
         reservations: Reservations,
         on_change: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
         self.queue = queue
         self.reservations = reservations
         self._on_change = on_change
-        self._clock = clock
         self.adapters: dict[str, JobAdapter] = {}
         self.priorities: dict[str, int] = {}
         self.default_priority = 0
@@ -153,7 +153,6 @@ class JobTracker:
             priority=self.default_priority,
             created=str(meta.get("creationTimestamp", "")),
             created_epoch=_epoch(str(meta.get("creationTimestamp", ""))),
-            first_seen=previous.first_seen if previous else self._clock(),
             admission_patch=adapter.admission_patch(obj),
         )
         class_name = adapter.priority_class_name(obj)

@@ -27,16 +27,14 @@ import structlog
 from kubequeue import resources
 from kubequeue.capacity.index import CPU_KEY_MAX, CPU_STEP, GPU_KEY_MAX, FreeIndex, bucket_of
 from kubequeue.demand import DemandError, cached_pod_request, parse_resource_map, pod_request
+from kubequeue.identity import JobKey, PodOwner
 from kubequeue.objects import Node, Pod, Taint
 from kubequeue.resources import GPU, Resources
 from kubequeue.scheduling import NodeConstraints
 
-__all__ = ["CapacityCache", "JobKey", "NodeState", "PodOwner"]
+__all__ = ["CapacityCache", "NodeState"]
 
 log = structlog.get_logger(__name__)
-
-JobKey = tuple[str, str, str]  # (kind, namespace, name)
-PodOwner = tuple[JobKey, str | None]  # (job, pod set name if the pod's labels say it)
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 _FREED_LOG_MAX = 8192
@@ -343,9 +341,6 @@ class CapacityCache:
         if self._stale:
             self._refresh_index()
         return self._index.candidates(request)
-
-    def schedulable_nodes(self) -> Iterator[NodeState]:
-        return (n for n in self.nodes.values() if n.schedulable)
 
     def feasible(self, constraints: NodeConstraints) -> frozenset[str]:
         """Schedulable nodes these constraints allow (memoised until nodes change)."""

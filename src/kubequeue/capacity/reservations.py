@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from kubequeue.capacity.cache import CapacityCache, JobKey
+from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, place
 from kubequeue.demand import PodSet
+from kubequeue.identity import JobKey
 from kubequeue.resources import GPU
 
 __all__ = ["UNPLACED", "Reservations"]

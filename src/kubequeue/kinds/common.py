@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from kubequeue.kinds.protocol import Obj
+from kubequeue.labels import IGNORE
 from kubequeue.objects import Pod
 
 __all__ = [
-    "ADMITTED_AT",
-    "IGNORE",
-    "SUSPEND_ANNOTATION",
     "annotations_of",
     "controller_owner",
     "dig",
@@ -19,14 +17,6 @@ __all__ = [
     "opted_out",
     "pod_controller_name",
 ]
-
-# Written by kube-queue on admission; its presence on a running job means "kube-queue admitted
-# this", which is how a restarted controller finds the jobs whose capacity it must keep holding.
-ADMITTED_AT = "kube-queue.io/admitted-at"
-# Users set this to "true" to keep kube-queue's hands off a suspended job.
-IGNORE = "kube-queue.io/ignore"
-# The suspend annotation understood by Kubeflow / Spark operator builds that support it.
-SUSPEND_ANNOTATION = "scheduling.x-k8s.io/suspend"
 
 
 def dig(obj: Any, *path: str) -> Any:

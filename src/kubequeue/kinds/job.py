@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubequeue.demand import DemandError, PodSet, pod_set_from_template
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.common import (
     controller_owner,
     dig,
@@ -12,7 +13,7 @@ from kubequeue.kinds.common import (
     labels_of,
     opted_out,
 )
-from kubequeue.kinds.protocol import KindInfo, Obj, PodOwnership
+from kubequeue.kinds.protocol import Obj, PodOwnership
 from kubequeue.objects import Pod
 
 __all__ = ["JobKind"]

@@ -13,15 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from kubequeue.demand import DemandError, PodSet, pod_set_from_template
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.common import (
-    SUSPEND_ANNOTATION,
     annotations_of,
     dig,
     has_true_condition,
     labels_of,
     opted_out,
 )
-from kubequeue.kinds.protocol import KindInfo, Obj, PodOwnership
+from kubequeue.kinds.protocol import Obj, PodOwnership
+from kubequeue.labels import SUSPEND_ANNOTATION
 from kubequeue.objects import Pod
 
 __all__ = ["REPLICA_TYPE_LABEL", "ReplicaSpecKind"]

@@ -10,8 +10,9 @@ names the pod set. training-operator's v1 MPIJob uses ``replica-type`` instead.
 
 from __future__ import annotations
 
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.kubeflow import REPLICA_TYPE_LABEL, ReplicaSpecKind
-from kubequeue.kinds.protocol import KindInfo, PodOwnership
+from kubequeue.kinds.protocol import PodOwnership
 from kubequeue.objects import Pod
 
 __all__ = ["MPIJobKind", "MPIJobV1Kind"]

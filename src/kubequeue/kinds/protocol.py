@@ -9,10 +9,10 @@ and raise DemandError with a message a user can act on when the object is malfor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from kubequeue.demand import PodSet
+from kubequeue.identity import KindInfo
 from kubequeue.objects import Pod
 
 __all__ = [
@@ -30,30 +30,6 @@ Obj = Mapping[str, Any]
 PodOwnership = tuple[str, str | None]
 # (kind, name, pod set): "pods that the <kind> adapter attributes to <name> belong to me"
 PodAlias = tuple[str, str, str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class KindInfo:
-    """Where a kind lives in the API and what users call it."""
-
-    name: str  # short name used in flags, metrics and Helm values: "job", "tfjob", ...
-    kind: str  # the API kind: "Job", "TFJob", ...
-    group: str  # "" for the core group
-    version: str
-    plural: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def collection_path(self, namespace: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if namespace:
-            return f"{base}/namespaces/{namespace}/{self.plural}"
-        return f"{base}/{self.plural}"
-
-    def object_path(self, namespace: str, name: str) -> str:
-        return f"{self.collection_path(namespace)}/{name}"
 
 
 class JobAdapter(Protocol):

@@ -8,8 +8,8 @@ Pending on GPUs that are not there - the half-started job kube-queue exists to p
 
 from __future__ import annotations
 
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.kubeflow import ReplicaSpecKind
-from kubequeue.kinds.protocol import KindInfo
 
 __all__ = ["PyTorchJobKind"]
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from kubequeue.demand import DemandError, PodSet, pod_set_from_template
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.common import dig, labels_of, opted_out
-from kubequeue.kinds.protocol import KindInfo, Obj, PodAlias, PodOwnership
+from kubequeue.kinds.protocol import Obj, PodAlias, PodOwnership
 from kubequeue.objects import Pod
 
 __all__ = ["RayJobKind"]

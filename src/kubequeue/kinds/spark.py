@@ -15,14 +15,15 @@ import re
 from typing import Any
 
 from kubequeue.demand import DemandError, PodSet, parse_resource_map
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.common import (
-    SUSPEND_ANNOTATION,
     annotations_of,
     dig,
     labels_of,
     opted_out,
 )
-from kubequeue.kinds.protocol import KindInfo, Obj, PodOwnership
+from kubequeue.kinds.protocol import Obj, PodOwnership
+from kubequeue.labels import SUSPEND_ANNOTATION
 from kubequeue.objects import Pod, Toleration
 from kubequeue.resources import PODS, intern
 from kubequeue.scheduling import NodeConstraints

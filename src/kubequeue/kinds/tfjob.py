@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.kubeflow import ReplicaSpecKind
-from kubequeue.kinds.protocol import KindInfo
 
 __all__ = ["TFJobKind"]
 

@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from kubequeue.demand import DemandError, PodSet, parse_resource_map
+from kubequeue.identity import KindInfo
 from kubequeue.kinds.common import annotations_of, dig, opted_out
-from kubequeue.kinds.protocol import KindInfo, Obj, PodOwnership
+from kubequeue.kinds.protocol import Obj, PodOwnership
 from kubequeue.objects import Pod
 from kubequeue.resources import PODS, intern
 

@@ -11,9 +11,9 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from kubequeue.kinds.common import ADMITTED_AT
-from kubequeue.kinds.protocol import KindInfo
+from kubequeue.identity import KindInfo
 from kubequeue.kube.client import KubeClient
+from kubequeue.labels import ADMITTED_AT
 
 __all__ = ["admission_body", "admit"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from kubequeue.capacity.cache import JobKey
 from kubequeue.demand import PodSet
+from kubequeue.identity import JobKey
 
 __all__ = ["JobQueue", "QueuedJob", "order_key"]
 
@@ -49,7 +49,6 @@ class QueuedJob:
     never_fits: str = ""  # non-empty when even the empty cluster cannot hold it
     never_fits_generation: int = -1
     explained_at: float | None = None  # clock time of the last "Queued" explanation
-    first_seen: float = 0.0
     reported: dict[str, str] = field(default_factory=dict)  # event reason -> last message sent
     # The admission cycle's number for this job's demand shape (pod requests and constraints;
     # see admission/cycle.py), with the pod_sets it was computed for.

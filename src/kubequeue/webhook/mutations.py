@@ -19,13 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from kubequeue.kinds.common import (
-    IGNORE,
-    SUSPEND_ANNOTATION,
     annotations_of,
     controller_owner,
     dig,
     labels_of,
 )
+from kubequeue.labels import IGNORE, SUSPEND_ANNOTATION
 
 __all__ = ["JsonPatch", "auto_queue", "native_suspend"]
 

@@ -1,0 +1,17 @@
+"""The annotation and label keys kube-queue reads from and writes onto users' objects.
+
+One list, so what kube-queue may touch on a user's job is visible in one place (and documented
+in README.md).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ADMITTED_AT", "IGNORE", "SUSPEND_ANNOTATION"]
+
+# Written by kube-queue on admission; its presence on a running job means "kube-queue admitted
+# this", which is how a restarted controller finds the jobs whose capacity it must keep holding.
+ADMITTED_AT = "kube-queue.io/admitted-at"
+# Users set this to "true" (annotation or label) to keep kube-queue's hands off a suspended job.
+IGNORE = "kube-queue.io/ignore"
+# The suspend annotation understood by Kubeflow / Spark operator builds that support it.
+SUSPEND_ANNOTATION = "scheduling.x-k8s.io/suspend"
