@@ -298,44 +298,112 @@ def test_rayjob_pods_are_tied_by_cluster_name_and_aliases() -> None:
     assert kind.pod_aliases(rayjob(submissionMode="HTTPMode")) == []
 
 
-def test_rayjob_pods_reach_the_rayjob_through_aliases() -> None:
-    """KubeRay's real pod labels, end to end through the tracker and the owner finder."""
+def _ray_pod(
+    name: str, labels: dict[str, str], owner: str, owner_name: str, gpu: int = 0
+) -> Pod:
+    requests: dict[str, str] = {"cpu": "1", "memory": "1Gi"}
+    if gpu:
+        requests[GPU] = str(gpu)
+    return msgspec.convert(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": name,
+                "labels": labels,
+                "ownerReferences": [{"kind": owner, "name": owner_name, "controller": True}],
+            },
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "resources": {"requests": requests}}],
+            },
+            "status": {"phase": "Running"},
+        },
+        Pod,
+    )
+
+
+def _running_ray_pods() -> list[Pod]:
+    cluster = {"ray.io/cluster": "j-x7k2p"}
+    return [
+        _ray_pod("head", {**cluster, "ray.io/node-type": "head"}, "RayCluster", "j-x7k2p", 1),
+        *(
+            _ray_pod(
+                f"w{i}",
+                {**cluster, "ray.io/node-type": "worker", "ray.io/group": "gpu"},
+                "RayCluster",
+                "j-x7k2p",
+                1,
+            )
+            for i in range(2)
+        ),
+        _ray_pod("submit", {"job-name": "j"}, "Job", "j"),
+    ]
+
+
+def _admitted_rayjob() -> dict[str, Any]:
+    """A running RayJob kube-queue admitted: head (1 GPU) + 2 GPU workers + the submitter."""
+    small = template("1", "1Gi")
+    obj = rayjob(
+        suspend=False,
+        submitterPodTemplate=small,
+        rayClusterSpec={
+            "headGroupSpec": {"template": template("1", "1Gi", gpu=1)},
+            "workerGroupSpecs": [
+                {"groupName": "gpu", "replicas": 2, "template": template("1", "1Gi", gpu=1)}
+            ],
+        },
+    )
+    obj["metadata"]["annotations"] = {"kube-queue.io/admitted-at": "2026-01-01T00:00:00Z"}
+    obj["status"] = {"rayClusterName": "j-x7k2p"}
+    return obj
+
+
+@pytest.mark.parametrize("kinds", [["job", "rayjob"], ["rayjob"]])
+@pytest.mark.parametrize("pods_first", [True, False], ids=["pods-first", "rayjob-first"])
+def test_running_rayjob_holds_nothing_twice_in_either_arrival_order(
+    pods_first: bool, kinds: list[str]
+) -> None:
+    """After a restart pods are listed before job kinds, so a Ray pod is counted before its
+    RayJob's aliases (status.rayClusterName, the submitter Job) are known. Either order must end
+    with the running pods counted once and nothing held for them (regression: the pods-first
+    order held every pod again, a 4-GPU node showed -4 free GPUs)."""
     from kubequeue.admission.tracker import JobTracker
     from kubequeue.capacity.cache import CapacityCache
     from kubequeue.capacity.reservations import Reservations
-    from kubequeue.handlers import pod_owner_finder
+    from kubequeue.handlers import PodHandler, pod_owner_finder
     from kubequeue.queueing.queue import JobQueue
+    from unit.builders import node
 
     cache = CapacityCache()
+    cache.upsert_node(node("n1", gpu=4))
     tracker = JobTracker(cache, JobQueue(), Reservations(cache))
-    adapters = adapters_for(["job", "rayjob"])
-    obj = rayjob()
-    obj["status"] = {"rayClusterName": "j-x7k2p"}
-    tracker.observe(adapters[0], obj)
-    find = pod_owner_finder(adapters, tracker)
-
-    def pod(labels: dict[str, str], owner: str, owner_name: str) -> Pod:
-        return msgspec.convert(
-            {
-                "metadata": {
-                    "name": "p",
-                    "namespace": "ns",
-                    "labels": labels,
-                    "ownerReferences": [{"kind": owner, "name": owner_name, "controller": True}],
-                }
-            },
-            Pod,
-        )
-
-    head = pod({"ray.io/cluster": "j-x7k2p", "ray.io/node-type": "head"}, "RayCluster", "j-x7k2p")
-    submitter = pod({"job-name": "j"}, "Job", "j")
-    assert find(head) == (("RayJob", "ns", "j"), "head")
-    assert find(submitter) == (("RayJob", "ns", "j"), "submitter")
-    # Without the batch Job adapter, the submitter is still found through its owner reference.
-    only_ray = pod_owner_finder(adapters_for(["rayjob"]), tracker)
-    assert only_ray(submitter) == (("RayJob", "ns", "j"), "submitter")
+    adapters = adapters_for(kinds)
+    ray = next(a for a in adapters if a.info.kind == "RayJob")
+    pods = PodHandler(cache, tracker, pod_owner_finder(adapters))
+    if pods_first:
+        for p in _running_ray_pods():
+            pods.upsert(p)
+        tracker.observe(ray, _admitted_rayjob())
+    else:
+        tracker.observe(ray, _admitted_rayjob())
+        assert tracker.reservations.held_pods(("RayJob", "ns", "j")) == 4
+        for p in _running_ray_pods():
+            pods.upsert(p)
+    assert tracker.reservations.held_pods(("RayJob", "ns", "j")) == 0
+    assert cache.nodes["n1"].free[GPU] == 1000
+    assert not any(cache.nodes["n1"].reserved.values())
+    assert tracker.bound_pods(("RayJob", "ns", "j")) == {"head": 1, "gpu": 2, "submitter": 1}
+    # A worker ends while the RayJob still wants it: its slot is held again, once.
+    cache_key = pods.owner_of(_running_ray_pods()[1])
+    assert cache_key == (("RayJob", "ns", "j-x7k2p"), "gpu"), "the cache keeps the raw owner"
+    pods.delete("w0")
+    assert tracker.reservations.held_pods(("RayJob", "ns", "j")) == 1
+    assert cache.nodes["n1"].free[GPU] == 1000
+    # Forgotten (deleted): nothing is held and the pods count as ordinary users.
     tracker.forget(("RayJob", "ns", "j"))
-    assert find(head) == (("RayJob", "ns", "j-x7k2p"), "head")
+    assert tracker.reservations.held_pods(("RayJob", "ns", "j")) == 0
+    assert tracker.owner_of(("RayJob", "ns", "j-x7k2p")) == ("RayJob", "ns", "j-x7k2p")
 
 
 def workflow(
@@ -367,9 +435,14 @@ def test_workflow_min_resources_annotation() -> None:
         ),
         (workflow(), "InvalidMinResources", "annotation kube-queue/min-resources is missing"),
         (
-            workflow({"kube-queue/min-resources": "cpu: [5"}),
+            workflow({"kube-queue/min-resources": "cpu: '5"}),
             "InvalidMinResources",
             "not valid YAML",
+        ),
+        (
+            workflow({"kube-queue/min-resources": "cpu: [5"}),
+            "InvalidMinResources",
+            "found a nested list or map",
         ),
         (
             workflow({"kube-queue/min-resources": "5 cpus"}),
@@ -390,6 +463,54 @@ def test_workflow_bad_input_explains_what_to_add(
     with pytest.raises(DemandError, match=text) as caught:
         WorkflowKind().pod_sets(obj)
     assert caught.value.reason == reason
+
+
+def _alias_bomb(levels: int) -> str:
+    """The "billion laughs" shape: each anchored list holds nine references to the one before,
+    all inside the value of ``cpu`` (so echoing the value would expand every level)."""
+    parts = ["&a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        parts.append(f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "cpu: [" + ", ".join(parts) + "]"
+
+
+HOSTILE_MIN_RESOURCES = {
+    # 344 bytes that took seconds and tens of MB to echo (two more levels: minutes, gigabytes)
+    "alias bomb": _alias_bomb(7),
+    "anchor only": "cpu: &c 1",
+    "deep nesting": "[" * 495 + "]" * 495,
+    "nested map": "cpu: {a: {b: 1}}",
+    "huge number": "cpu: " + "9" * 4301,
+    "long quantity": "cpu: " + "1" * 65,
+    "long name": "x" * 300 + ": 1",
+    "too big": "cpu: 1\n" + "#" * 5000,
+    "many entries": "\n".join(f"r{i}.example.com/x: 1" for i in range(40)),
+    "two documents": "cpu: 1\n---\ncpu: 2",
+    "duplicate key": "cpu: 1\ncpu: 2",
+    "a list": "- cpu\n- 1",
+    "a scalar": "1",
+    "empty": "",
+    "null value": "cpu:",
+    "python tag": "cpu: !!python/object/apply:os.system ['true']",
+}
+
+
+@pytest.mark.parametrize(
+    "raw", list(HOSTILE_MIN_RESOURCES.values()), ids=list(HOSTILE_MIN_RESOURCES)
+)
+def test_workflow_hostile_min_resources_is_refused_quickly_and_briefly(raw: str) -> None:
+    """The annotation is free text from anyone who may create a Workflow: it must be refused
+    with InvalidMinResources, fast, with a short message that does not echo what was parsed."""
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(DemandError) as caught:
+        WorkflowKind().pod_sets(workflow({"kube-queue/min-resources": raw}))
+    assert time.perf_counter() - started < 2.0  # a hang guard: the bomb took 10 s and more
+    assert caught.value.reason == "InvalidMinResources"
+    message = str(caught.value)
+    assert len(message) < 400, message
+    assert "x, x" not in message and "*a" not in message
 
 
 def test_workflow_resumes_the_suspend_step_after_admission() -> None:
@@ -420,3 +541,49 @@ def test_job_skips_children_of_other_controllers_but_not_cronjobs() -> None:
     cron = {"metadata": {"ownerReferences": [{"kind": "CronJob", "name": "c", "controller": True}]}}
     assert "owned by JobSet js" in (kind.skip_reason(child) or "")
     assert kind.skip_reason(cron) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "text"),
+    [
+        ({"memoryOverheadFactor": "NaN"}, "memoryOverheadFactor"),
+        ({"memoryOverheadFactor": "inf"}, "memoryOverheadFactor"),
+        ({"memoryOverheadFactor": "1e308"}, "memoryOverheadFactor"),
+        ({"memoryOverheadFactor": -0.5}, "memoryOverheadFactor"),
+        ({"memoryOverheadFactor": [1]}, "memoryOverheadFactor"),
+        ({"driver": {"memory": "9" * 310}}, "not a Spark memory size"),
+        ({"driver": {"memory": 10**400}}, "not a Spark memory size"),
+        ({"driver": {"memory": "\u0661g"}}, "not a Spark memory size"),
+        ({"driver": []}, "spec.driver is not an object"),
+        ({"executor": "x"}, "spec.executor is not an object"),
+        ({"dynamicAllocation": [True]}, "spec.dynamicAllocation is not an object"),
+        ({"nodeSelector": ["a"]}, "spec.nodeSelector is not an object"),
+        ({"driver": {"nodeSelector": {"zone": 1}}}, "nodeSelector values must be strings"),
+        ({"driver": {"tolerations": [{"key": ["x"]}]}}, "not a list of tolerations"),
+        ({"driver": {"tolerations": 5}}, "not a list of tolerations"),
+    ],
+)
+def test_spark_hostile_fields_are_input_errors(spec: dict[str, Any], text: str) -> None:
+    """Values the CRD accepts but that used to raise ValueError / OverflowError / TypeError /
+    AttributeError inside the adapter (so the job was silently never queued)."""
+    with pytest.raises(DemandError, match=text):
+        SparkApplicationKind().pod_sets(spark(**spec))
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        (WorkflowKind(), ("status", "phase")),
+        (SparkApplicationKind(), ("status", "applicationState", "state")),
+        (RayJobKind(), ("status", "jobDeploymentStatus")),
+    ],
+)
+def test_a_list_where_a_status_string_belongs_is_not_finished(
+    kind: Any, path: tuple[str, ...]
+) -> None:
+    obj: dict[str, Any] = {"metadata": meta()}
+    target = obj
+    for step in path[:-1]:
+        target = target.setdefault(step, {})
+    target[path[-1]] = ["Succeeded", "COMPLETED", "Complete"]
+    assert kind.is_finished(obj) is False

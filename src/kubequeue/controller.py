@@ -96,7 +96,7 @@ class Controller:
                 "pods",
                 "/api/v1/pods",
                 struct_codec(Pod, lambda p: p.metadata.uid),
-                PodHandler(self.cache, self.tracker, pod_owner_finder(self.adapters, self.tracker)),
+                PodHandler(self.cache, self.tracker, pod_owner_finder(self.adapters)),
                 field_selector=POD_FIELD_SELECTOR,
                 watch_timeout=s.watch_timeout,
             ),

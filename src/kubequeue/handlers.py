@@ -12,7 +12,7 @@ from typing import Any
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.identity import PodOwner
-from kubequeue.kinds.protocol import JobAdapter
+from kubequeue.kinds.protocol import HasPodAliases, JobAdapter
 from kubequeue.objects import Node, Pod
 
 __all__ = ["JobHandler", "NodeHandler", "PodHandler", "PriorityClassHandler", "pod_owner_finder"]
@@ -32,22 +32,27 @@ class NodeHandler:
         pass
 
 
-def pod_owner_finder(
-    adapters: Sequence[JobAdapter], tracker: JobTracker
-) -> Callable[[Pod], PodOwner | None]:
+def pod_owner_finder(adapters: Sequence[JobAdapter]) -> Callable[[Pod], PodOwner | None]:
+    """The pod's *raw* owner: the job name its labels and owner references give, as the first
+    adapter that recognises it says. Aliases are not followed here (the tracker follows them when
+    it counts), so what the cache records never depends on the order objects arrived in."""
+    alias_kinds = frozenset(
+        kind for a in adapters if isinstance(a, HasPodAliases) for kind in a.alias_kinds
+    )
+
     def find(pod: Pod) -> PodOwner | None:
+        namespace = pod.metadata.namespace
         for adapter in adapters:
             found = adapter.pod_owner(pod)
             if found is not None:
                 name, pod_set = found
-                return tracker.owner_of(adapter.info.kind, pod.metadata.namespace, name, pod_set)
+                return (adapter.info.kind, namespace, name), pod_set
         # A pod of a child object that no enabled adapter knows (e.g. KubeRay's submitter Job
-        # when batch Jobs are not queued) may still be a declared alias of a queued job.
-        for ref in pod.metadata.ownerReferences:
-            if ref.controller:
-                key, pod_set = tracker.owner_of(ref.kind, pod.metadata.namespace, ref.name, None)
-                if key[0] != ref.kind:
-                    return key, pod_set
+        # when batch Jobs are not queued) may be an alias of a queued job: keep its owner.
+        if alias_kinds:
+            for ref in pod.metadata.ownerReferences:
+                if ref.controller and ref.kind in alias_kinds:
+                    return (ref.kind, namespace, ref.name), None
         return None
 
     return find

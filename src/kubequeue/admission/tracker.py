@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from kubequeue.identity import JobKey
 from kubequeue.kinds.common import annotations_of, dig
 from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj
 from kubequeue.labels import ADMITTED_AT
+from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 
 __all__ = ["JobTracker", "job_key"]
@@ -54,6 +56,7 @@ class JobTracker:
         self.cache = cache
         self.queue = queue
         self.reservations = reservations
+        reservations.bound_pods = self.bound_pods
         self._on_change = on_change
         self.adapters: dict[str, JobAdapter] = {}
         self.priorities: dict[str, int] = {}
@@ -76,12 +79,21 @@ class JobTracker:
 
     # ----------------------------------------------------------------- job observations
     def observe(self, adapter: JobAdapter, obj: Obj) -> None:
+        """Judge one observation of a job. The gate (skip / finished / suspended) is total by
+        contract: an exception there is a kube-queue bug and propagates (the informer counts it
+        and the periodic resync judges the object again). Everything else an adapter reads can
+        fail on hostile input; such a failure is a verdict about the job (see _unreadable)."""
         key = job_key(adapter, obj)
         if adapter.skip_reason(obj) is not None or adapter.is_finished(obj):
             self.forget(key)
             return
         if isinstance(adapter, HasPodAliases):
-            self._set_aliases(key, adapter.pod_aliases(obj))
+            try:
+                aliases = adapter.pod_aliases(obj)
+            except Exception as exc:
+                _unreadable(adapter, key, "pod aliases", exc)
+            else:
+                self._set_aliases(key, aliases)
         if adapter.is_suspended(obj):
             self._gone.discard(key)
             if key not in self.inflight:
@@ -98,12 +110,20 @@ class JobTracker:
                 # Keep whatever is held: the job runs, so its capacity is in use either way.
                 log.warning("job.admitted_unreadable", job="/".join(key), error=str(exc))
                 return
+            except Exception as exc:
+                _unreadable(adapter, key, "resource demand", exc)
+                return
             self.reservations.track(key, pod_sets)
         elif key not in self.inflight:
             self.reservations.release(key)
 
     def _note_follow_up(self, adapter: JobAdapter, key: JobKey, obj: Obj) -> None:
-        patch = adapter.follow_up_patch(obj) if isinstance(adapter, FollowsUp) else None
+        patch = None
+        if isinstance(adapter, FollowsUp):
+            try:
+                patch = adapter.follow_up_patch(obj)
+            except Exception as exc:
+                _unreadable(adapter, key, "follow-up", exc)
         if patch is None:
             self.follow_ups.pop(key, None)
             return
@@ -112,7 +132,8 @@ class JobTracker:
         self._changed()
 
     def _set_aliases(self, key: JobKey, aliases: list[tuple[str, str, str | None]]) -> None:
-        for old in self._aliases_of.pop(key, []):
+        before = self._aliases_of.pop(key, [])
+        for old in before:
             self.aliases.pop(old, None)
         keys = []
         for kind, name, pod_set in aliases:
@@ -121,16 +142,31 @@ class JobTracker:
             keys.append(alias)
         if keys:
             self._aliases_of[key] = keys
+        if keys != before and key in self.reservations:
+            self.reservations.reconcile(key)  # its bound pods are counted differently now
 
-    def owner_of(
-        self, kind: str, namespace: str, name: str, pod_set: str | None
-    ) -> tuple[JobKey, str | None]:
-        """The job a pod belongs to, following aliases (see HasPodAliases)."""
-        key = (kind, namespace, name)
-        alias = self.aliases.get(key)
-        if alias is None:
-            return key, pod_set
-        return alias[0], alias[1] or pod_set
+    def owner_of(self, raw: JobKey) -> JobKey:
+        """The job a pod attributed to ``raw`` belongs to, following aliases (HasPodAliases)."""
+        alias = self.aliases.get(raw)
+        return raw if alias is None else alias[0]
+
+    def bound_pods(self, job: JobKey) -> Counter[str | None]:
+        """The job's bound pods by pod set, including pods attributed to its aliases.
+
+        The cache counts each pod under the name its own labels and owner give (the *raw*
+        owner), never under a resolved one, so the answer does not depend on whether the pod
+        or the job's alias was seen first (after a restart pods are listed before job kinds).
+        """
+        counts = self.cache.bound_pods(job)
+        aliases = self._aliases_of.get(job)
+        if not aliases:
+            return counts
+        merged = Counter(counts)
+        for alias in aliases:
+            pod_set = self.aliases[alias][1]
+            for name, n in self.cache.bound_pods(alias).items():
+                merged[pod_set or name] += n
+        return merged
 
     def forget(self, key: JobKey) -> None:
         """The job is gone, finished or not ours: drop it from the queue and free its hold."""
@@ -146,23 +182,28 @@ class JobTracker:
     def _enqueue(self, adapter: JobAdapter, key: JobKey, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
         previous = self.queue.get(key) or self.inflight.get(key)
+        created = str(meta.get("creationTimestamp", ""))
         job = QueuedJob(
             key=key,
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
             priority=self.default_priority,
-            created=str(meta.get("creationTimestamp", "")),
-            created_epoch=_epoch(str(meta.get("creationTimestamp", ""))),
-            admission_patch=adapter.admission_patch(obj),
+            created=created,
+            created_epoch=_epoch(created),
         )
-        class_name = adapter.priority_class_name(obj)
-        self._priority_of[key] = class_name
-        self._judge_priority(job, class_name)
+        class_name: str | None = None
         try:
+            job.admission_patch = adapter.admission_patch(obj)
+            class_name = adapter.priority_class_name(obj)
             job.pod_sets = adapter.pod_sets(obj)
         except DemandError as exc:
             job.problem = f"cannot compute resource demand: {exc}"
             job.problem_reason = exc.reason
+        except Exception as exc:
+            job.problem = _unreadable(adapter, key, "resource demand", exc)
+            job.problem_reason = "InvalidJob"
+        self._priority_of[key] = class_name
+        self._judge_priority(job, class_name)
         if previous is not None:
             job.reported = previous.reported
             if _same_demand(previous.pod_sets, job.pod_sets) and previous.problem == job.problem:
@@ -181,6 +222,8 @@ class JobTracker:
             return
         value = self.priorities.get(class_name)
         if value is None:
+            if job.problem is not None:
+                return  # the job has a worse problem already; that one is what users must fix
             job.problem = (
                 f"priorityClassName {class_name!r} does not exist; create the PriorityClass or "
                 "fix the name (the job's pods could not be created either)"
@@ -205,8 +248,12 @@ class JobTracker:
         self._changed()
 
     # ----------------------------------------------------------------- pods
-    def pod_changed(self, job: JobKey | None) -> None:
-        if job is not None and job in self.reservations:
+    def pod_changed(self, raw: JobKey | None) -> None:
+        """A pod attributed to ``raw`` (as the cache counts it) changed."""
+        if raw is None:
+            return
+        job = self.owner_of(raw)
+        if job in self.reservations:
             self.reservations.reconcile(job)
 
     # ----------------------------------------------------------------- admission outcomes
@@ -236,6 +283,28 @@ class JobTracker:
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change()
+
+
+def _unreadable(adapter: JobAdapter, key: JobKey, what: str, exc: Exception) -> str:
+    """An adapter failed on this object with something other than DemandError: a field holds a
+    value of a type or size the adapter did not expect. That is hostile or broken input, so it is
+    a verdict on the job (InvalidJob: queued, never admitted, judged again on its next change),
+    and also a gap in the adapter, so it is logged with its traceback and counted."""
+    metrics.UNREADABLE_JOBS.labels(adapter.info.name).inc()
+    log.warning(
+        "job.unreadable",
+        job="/".join(key),
+        kind=adapter.info.kind,
+        reading=what,
+        error=f"{type(exc).__name__}: {str(exc)[:200]}",
+        exc_info=exc,
+    )
+    detail = str(exc)[:120]
+    return (
+        f"kube-queue could not read this {adapter.info.kind}'s {what} ({type(exc).__name__}"
+        f"{': ' + detail if detail else ''}); some field holds a value of the wrong type or size. "
+        "Fix the object; it is judged again on its next change"
+    )
 
 
 def _epoch(rfc3339: str) -> float:

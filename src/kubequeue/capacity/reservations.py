@@ -14,7 +14,7 @@ annotation and their missing pods are held again). A restart therefore can never
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -47,6 +47,9 @@ class _Held:
 class Reservations:
     def __init__(self, cache: CapacityCache) -> None:
         self._cache = cache
+        # How many of a job's pods are bound, by pod set. The job tracker replaces it with a
+        # view that also counts pods attributed to the job's aliases (see JobTracker.bound_pods).
+        self.bound_pods: Callable[[JobKey], Counter[str | None]] = cache.bound_pods
         self._held: dict[JobKey, _Held] = {}
         self._relocated_at: tuple[int, int] | None = None
 
@@ -97,7 +100,7 @@ class Reservations:
         held = self._held.get(job)
         if held is None:
             return
-        bound = _attribute(self._cache.bound_pods(job), held.pod_sets)
+        bound = _attribute(self.bound_pods(job), held.pod_sets)
         for name, ps in held.pod_sets.items():
             needed = max(0, ps.count - bound.get(name, 0))
             have = held.count(name)

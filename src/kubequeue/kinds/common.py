@@ -16,6 +16,7 @@ __all__ = [
     "labels_of",
     "opted_out",
     "pod_controller_name",
+    "text_at",
 ]
 
 
@@ -26,6 +27,17 @@ def dig(obj: Any, *path: str) -> Any:
             return None
         obj = obj.get(step)
     return obj
+
+
+def text_at(obj: Any, *path: str) -> str:
+    """The string at ``path``, or "" when it is missing or not a string.
+
+    Status fields are written by operators, spec fields by users, and either may hold any JSON
+    type (CRDs do not always validate them); a list where a phase string belongs must read as
+    "no phase", not raise (lists are not hashable, so ``value in {...}`` would).
+    """
+    found = dig(obj, *path)
+    return found if isinstance(found, str) else ""
 
 
 def annotations_of(obj: Obj) -> dict[str, str]:

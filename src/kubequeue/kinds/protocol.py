@@ -80,4 +80,8 @@ class HasPodAliases(Protocol):
     the RayCluster, and so its pods' ray.io/cluster label, ``<rayjob>-<random>``, and runs the
     submitter as a batch Job named after the RayJob). Judged on every observation."""
 
+    # Kinds its aliases may name (pods owned by objects of these kinds are remembered under
+    # their owner even when no enabled adapter claims them).
+    alias_kinds: tuple[str, ...]
+
     def pod_aliases(self, obj: Obj) -> list[PodAlias]: ...

@@ -16,7 +16,7 @@ from typing import Any
 
 from kubequeue.demand import DemandError, PodSet, pod_set_from_template
 from kubequeue.identity import KindInfo
-from kubequeue.kinds.common import dig, labels_of, opted_out
+from kubequeue.kinds.common import dig, labels_of, opted_out, text_at
 from kubequeue.kinds.protocol import Obj, PodAlias, PodOwnership
 from kubequeue.objects import Pod
 
@@ -41,12 +41,13 @@ _DEFAULT_SUBMITTER = {
 
 class RayJobKind:
     info = KindInfo(name="rayjob", kind="RayJob", group="ray.io", version="v1", plural="rayjobs")
+    alias_kinds = ("RayJob", "Job")
 
     def is_suspended(self, obj: Obj) -> bool:
         return dig(obj, "spec", "suspend") is True
 
     def is_finished(self, obj: Obj) -> bool:
-        return dig(obj, "status", "jobDeploymentStatus") in _FINISHED
+        return text_at(obj, "status", "jobDeploymentStatus") in _FINISHED
 
     def pod_sets(self, obj: Obj) -> list[PodSet]:
         spec = dig(obj, "spec")

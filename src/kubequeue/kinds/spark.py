@@ -11,8 +11,12 @@ style: "512m" is 512 MiB, a bare number is MiB.
 
 from __future__ import annotations
 
+import math
 import re
+from decimal import Decimal
 from typing import Any
+
+import msgspec
 
 from kubequeue.demand import DemandError, PodSet, parse_resource_map
 from kubequeue.identity import KindInfo
@@ -21,6 +25,7 @@ from kubequeue.kinds.common import (
     dig,
     labels_of,
     opted_out,
+    text_at,
 )
 from kubequeue.kinds.protocol import Obj, PodOwnership
 from kubequeue.labels import SUSPEND_ANNOTATION
@@ -31,7 +36,13 @@ from kubequeue.scheduling import NodeConstraints
 __all__ = ["SparkApplicationKind", "parse_jvm_memory"]
 
 _MIB = 2**20
-_JVM_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)b?\s*$", re.IGNORECASE)
+# ASCII digits only, and bounded: the text comes from any user who may create the object.
+_JVM_MEMORY = re.compile(
+    r"^\s*([0-9]{1,18}(?:\.[0-9]{1,9})?)\s*([kmgtp]?)b?\s*$", re.IGNORECASE | re.ASCII
+)
+# memoryOverheadFactor: Spark's default is 0.1 (0.4 for Python/R); anything outside [0, 100] is a
+# typo, and NaN/inf would make the arithmetic below raise instead of judging the job.
+_FACTOR_MAX = 100.0
 _JVM_SCALE = {"": _MIB, "k": 2**10, "m": _MIB, "g": 2**30, "t": 2**40, "p": 2**50}
 _FINISHED = frozenset({"COMPLETED", "FAILED", "SUBMISSION_FAILED"})
 _APP_LABEL = "sparkoperator.k8s.io/app-name"
@@ -40,13 +51,23 @@ _KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def parse_jvm_memory(text: Any, where: str) -> int:
-    """JVM/Spark memory ("512m", "2g", "1024") -> bytes."""
-    if isinstance(text, int) and not isinstance(text, bool):
+    """JVM/Spark memory ("512m", "2g", "1024") -> bytes (exact: no float rounding)."""
+    if isinstance(text, int) and not isinstance(text, bool) and 0 <= text < 2**40:
         return text * _MIB
     match = _JVM_MEMORY.match(text) if isinstance(text, str) else None
     if match is None:
-        raise DemandError(f"{where}: {text!r} is not a Spark memory size (examples: 512m, 4g)")
-    return int(float(match[1]) * _JVM_SCALE[match[2].lower()])
+        shown = repr(text) if isinstance(text, str | int) and len(str(text)) <= 40 else "this"
+        raise DemandError(f"{where}: {shown} is not a Spark memory size (examples: 512m, 4g)")
+    return int(Decimal(match[1]) * _JVM_SCALE[match[2].lower()])
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    """A sub-object of the spec that must be a map (absent reads as empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DemandError(f"{where} is not an object")
+    return value
 
 
 class SparkApplicationKind:
@@ -65,16 +86,16 @@ class SparkApplicationKind:
         )
 
     def is_finished(self, obj: Obj) -> bool:
-        return dig(obj, "status", "applicationState", "state") in _FINISHED
+        return text_at(obj, "status", "applicationState", "state") in _FINISHED
 
     def pod_sets(self, obj: Obj) -> list[PodSet]:
         spec = dig(obj, "spec")
         if not isinstance(spec, dict):
             raise DemandError("spec is missing")
         factor = self._overhead_factor(spec)
-        executors = spec.get("executor") or {}
+        executors = _mapping(spec.get("executor"), "spec.executor")
         count: Any = executors.get("instances", 1)
-        dynamic = spec.get("dynamicAllocation") or {}
+        dynamic = _mapping(spec.get("dynamicAllocation"), "spec.dynamicAllocation")
         if dynamic.get("enabled") is True:
             floor = [
                 v
@@ -83,9 +104,9 @@ class SparkApplicationKind:
             ]
             count = max(floor) if floor else 0
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise DemandError(f"spec.executor.instances {count!r} is not a non-negative integer")
+            raise DemandError("spec.executor.instances is not a non-negative integer")
         return [
-            self._role("driver", 1, spec.get("driver") or {}, spec, factor),
+            self._role("driver", 1, _mapping(spec.get("driver"), "spec.driver"), spec, factor),
             self._role("executor", count, executors, spec, factor),
         ]
 
@@ -93,9 +114,14 @@ class SparkApplicationKind:
         raw = spec.get("memoryOverheadFactor")
         if raw is not None:
             try:
-                return float(raw)
-            except (TypeError, ValueError):
-                raise DemandError(f"spec.memoryOverheadFactor {raw!r} is not a number") from None
+                factor = float(raw)
+            except (TypeError, ValueError, OverflowError):
+                factor = math.nan
+            if not 0.0 <= factor <= _FACTOR_MAX:  # False for NaN too
+                raise DemandError(
+                    f"spec.memoryOverheadFactor is not a number between 0 and {_FACTOR_MAX:g}"
+                )
+            return factor
         return 0.4 if str(spec.get("type", "")).lower() in ("python", "r") else 0.1
 
     def _role(
@@ -114,17 +140,20 @@ class SparkApplicationKind:
             raw[str(gpu["name"])] = gpu.get("quantity", 1)
         request = parse_resource_map(raw, where)
         request[PODS] = 1000
-        selector = {**(spec.get("nodeSelector") or {}), **(role.get("nodeSelector") or {})}
-        tolerations = tuple(
-            Toleration(
-                **{k: v for k, v in t.items() if k in ("key", "operator", "value", "effect")}
+        selector = {
+            **_mapping(spec.get("nodeSelector"), "spec.nodeSelector"),
+            **_mapping(role.get("nodeSelector"), f"{where}.nodeSelector"),
+        }
+        if not all(isinstance(v, str) for v in selector.values()):
+            raise DemandError(f"{where}: nodeSelector values must be strings")
+        try:
+            tolerations = tuple(
+                msgspec.convert(t, Toleration, strict=True) for t in role.get("tolerations") or ()
             )
-            for t in role.get("tolerations") or []
-            if isinstance(t, dict)
-        )
+        except (msgspec.ValidationError, TypeError):
+            raise DemandError(f"{where}.tolerations is not a list of tolerations") from None
         constraints = NodeConstraints(
-            node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
-            tolerations=tolerations,
+            node_selector=tuple(sorted(selector.items())), tolerations=tolerations
         )
         return PodSet(name, count, intern(request), constraints)
 

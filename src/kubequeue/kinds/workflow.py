@@ -20,18 +20,107 @@ import yaml
 
 from kubequeue.demand import DemandError, PodSet, parse_resource_map
 from kubequeue.identity import KindInfo
-from kubequeue.kinds.common import annotations_of, dig, opted_out
+from kubequeue.kinds.common import annotations_of, dig, opted_out, text_at
 from kubequeue.kinds.protocol import Obj, PodOwnership
 from kubequeue.objects import Pod
 from kubequeue.resources import PODS, intern
 
-__all__ = ["MIN_RESOURCES", "SUSPEND_TEMPLATE", "WorkflowKind"]
+__all__ = ["MIN_RESOURCES", "SUSPEND_TEMPLATE", "WorkflowKind", "read_flat_map"]
 
 MIN_RESOURCES = "kube-queue/min-resources"
 SUSPEND_TEMPLATE = "kube-queue-suspend"
 _FINISHED = frozenset({"Succeeded", "Failed", "Error"})
 _WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 _EXAMPLE = f'{MIN_RESOURCES}: "cpu: 5\\nmemory: 5G"'
+
+
+# Bounds on the annotation, which any user who may create a Workflow writes: a YAML alias bomb of
+# 300 bytes expands to gigabytes, deep nesting exhausts the recursion limit, and a 5,000-digit
+# number is slow to convert. The map we need is small and flat, so anything else is refused
+# before it is built.
+_MAX_BYTES = 2048
+_MAX_ENTRIES = 32
+_MAX_NAME = 253  # a resource name is a qualified name
+_MAX_QUANTITY = 64  # characters of one quantity's text
+
+
+def read_flat_map(raw: str) -> dict[str, str]:
+    """The annotation as ``{resource: quantity text}``, read from the YAML *event stream*.
+
+    Nothing is constructed from the YAML: anchors and aliases, nesting, several documents and
+    oversized text are refused while parsing, in time linear in the (bounded) input, and every
+    message is short and never echoes what was parsed.
+    """
+    size = len(raw.encode("utf-8", errors="replace"))
+    if size > _MAX_BYTES:
+        raise DemandError(f"annotation {MIN_RESOURCES} is {size} bytes; at most {_MAX_BYTES}")
+    out: dict[str, str] = {}
+    key: str | None = None
+    depth = 0
+    documents = 0
+    try:
+        for event in yaml.parse(raw, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise DemandError(
+                    f"annotation {MIN_RESOURCES} uses a YAML anchor or alias (& or *); "
+                    f"write a plain map like {_EXAMPLE}"
+                )
+            if isinstance(event, yaml.DocumentStartEvent):
+                documents += 1
+            elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+                depth += 1
+                if depth > 1 or isinstance(event, yaml.SequenceStartEvent):
+                    raise DemandError(_not_a_flat_map("a nested list or map"))
+            elif isinstance(event, yaml.MappingEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.ScalarEvent):
+                if depth == 0:
+                    raise DemandError(_not_a_flat_map("a single value"))
+                key = _take_scalar(out, key, event.value)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = str(getattr(exc, "problem", None) or "syntax error")[:80]
+        raise DemandError(
+            f"annotation {MIN_RESOURCES} is not valid YAML ({problem}{where}); expected "
+            f"a map like {_EXAMPLE}"
+        ) from None
+    if documents > 1:
+        raise DemandError(_not_a_flat_map("several YAML documents"))
+    if not out:
+        raise DemandError(_not_a_flat_map("nothing"))
+    return out
+
+
+def _take_scalar(out: dict[str, str], key: str | None, value: str) -> str | None:
+    """Consume one scalar of the map: a key (returned, awaiting its value) or a value."""
+    if key is None:
+        if len(value) > _MAX_NAME:
+            raise DemandError(
+                f"annotation {MIN_RESOURCES} names a resource of {len(value)} characters; "
+                f"resource names have at most {_MAX_NAME}"
+            )
+        if value in out:
+            raise DemandError(f"annotation {MIN_RESOURCES} names {value} twice")
+        if len(out) >= _MAX_ENTRIES:
+            raise DemandError(
+                f"annotation {MIN_RESOURCES} names more than {_MAX_ENTRIES} resources"
+            )
+        return value
+    if len(value) > _MAX_QUANTITY:
+        raise DemandError(
+            f"annotation {MIN_RESOURCES}: the quantity of {key} is {len(value)} characters long; "
+            f"at most {_MAX_QUANTITY}"
+        )
+    out[key] = value
+    return None
+
+
+def _not_a_flat_map(found: str) -> str:
+    return (
+        f"annotation {MIN_RESOURCES} must be a non-empty YAML map of resource: quantity like "
+        f"{_EXAMPLE}, found {found}"
+    )
 
 
 def _has_suspend_template(obj: Obj) -> bool:
@@ -57,7 +146,7 @@ class WorkflowKind:
         return dig(obj, "spec", "suspend") is True
 
     def is_finished(self, obj: Obj) -> bool:
-        return dig(obj, "status", "phase") in _FINISHED
+        return text_at(obj, "status", "phase") in _FINISHED
 
     def pod_sets(self, obj: Obj) -> list[PodSet]:
         if not _has_suspend_template(obj):
@@ -74,22 +163,12 @@ class WorkflowKind:
                 f"e.g. {_EXAMPLE}",
                 reason="InvalidMinResources",
             )
-        try:
-            declared = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
+        if not isinstance(raw, str):
             raise DemandError(
-                f"annotation {MIN_RESOURCES} is not valid YAML ({exc}); expected "
-                f"a map like {_EXAMPLE}",
-                reason="InvalidMinResources",
-            ) from None
-        if not isinstance(declared, dict) or not declared:
-            raise DemandError(
-                f"annotation {MIN_RESOURCES} must be a non-empty YAML map like "
-                f"{_EXAMPLE}, got {raw!r}",
-                reason="InvalidMinResources",
+                f"annotation {MIN_RESOURCES} is not text", reason="InvalidMinResources"
             )
         try:
-            request = parse_resource_map(declared, f"annotation {MIN_RESOURCES}")
+            request = parse_resource_map(read_flat_map(raw), f"annotation {MIN_RESOURCES}")
         except DemandError as exc:
             raise DemandError(str(exc), reason="InvalidMinResources") from None
         request[PODS] = 1000

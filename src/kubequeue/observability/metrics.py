@@ -22,6 +22,7 @@ __all__ = [
     "REGISTRY",
     "RELISTS",
     "RESERVED_JOBS",
+    "UNREADABLE_JOBS",
     "WATCH_EVENTS",
     "WATCH_RESTARTS",
 ]
@@ -87,6 +88,13 @@ HANDLER_ERRORS = Counter(
     "kube_queue_handler_errors_total",
     "Objects whose handling raised (a bug; the object was skipped, the watch went on).",
     ["resource"],
+    registry=REGISTRY,
+)
+UNREADABLE_JOBS = Counter(
+    "kube_queue_unreadable_jobs_total",
+    "Job observations an adapter could not read (a field of an unexpected type or size): the job "
+    "got an InvalidJob event and waits; also a gap in that adapter worth reporting.",
+    ["kind"],
     registry=REGISTRY,
 )
 EVENTS_DROPPED = Counter(
