@@ -166,6 +166,26 @@ def test_job_demand_follows_completions_and_progress() -> None:
     assert JOB.pod_sets(b.job("w", {"cpu": "1"}, parallelism=5))[0].count == 5
 
 
+def test_work_queue_job_holds_nothing_for_pods_it_will_never_create() -> None:
+    """A Job without completions creates no new pods once one succeeded (Job controller rule);
+    regression: kube-queue kept holding parallelism (4) while only 2 pods ran."""
+    tracker, cycle = make(b.node("n", gpu=4))
+    obj = as_admitted(gpu_job("wq", gpus=1, pods=4))
+    tracker.observe(JOB, obj)
+    key = ("Job", "default", "wq")
+    assert tracker.reservations.held_pods(key) == 4
+    for i in range(2):
+        pod = b.pod(f"wq-{i}", "n", {"cpu": "1", GPU: "1"}, owner_job="wq")
+        tracker.pod_changed(tracker.cache.upsert_pod(pod, (key, None)))
+    obj["status"] = {"succeeded": 1, "active": 2}
+    tracker.observe(JOB, obj)
+    assert JOB.pod_sets(obj)[0].count == 2
+    assert tracker.reservations.held_pods(key) == 0
+    assert tracker.cache.nodes["n"].free[GPU] == 2000
+    tracker.observe(JOB, gpu_job("next", gpus=2, created="2026-01-01T00:00:05Z"))
+    assert admitted_names(cycle.run()) == ["next"]
+
+
 def test_hold_made_before_the_nodes_were_known_moves_onto_a_real_node() -> None:
     """After a restart the admitted job may be listed before the Node list: its hold must not
     stay on nothing (or on a stale node) while the real node looks free."""
@@ -239,3 +259,43 @@ def test_the_admission_patch_is_made_from_the_observed_object() -> None:
         "spec": {"runPolicy": {"suspend": False}},
     }
     assert admission.job.resource_version == "7"
+
+
+class _BrokenAdapter(JobKind):
+    """A kind whose demand reader trips over a value it did not expect (any exception type)."""
+
+    def pod_sets(self, obj: dict) -> list:  # type: ignore[override]
+        raise TypeError("unhashable type: 'list'")
+
+
+def test_an_adapter_failure_is_an_invalid_job_verdict_not_a_vanished_job() -> None:
+    from kubequeue.observability import metrics
+
+    tracker, cycle = make(b.node("n", gpu=4))
+    broken = _BrokenAdapter()
+    tracker.register(broken)
+    before = metrics.UNREADABLE_JOBS.labels("job")._value.get()
+    tracker.observe(broken, gpu_job("weird"))
+    job = tracker.queue.get(("Job", "default", "weird"))
+    assert job is not None, "the job stays queued"
+    assert job.problem_reason == "InvalidJob"
+    assert "TypeError" in (job.problem or "") and "wrong type or size" in (job.problem or "")
+    assert metrics.UNREADABLE_JOBS.labels("job")._value.get() == before + 1
+    result = cycle.run()
+    assert result.admitted == []
+    [notice] = result.notices
+    assert (notice.type, notice.reason) == ("Warning", "InvalidJob")
+    # Fixed (here: read by a working adapter): judged again and admitted.
+    tracker.observe(JOB, gpu_job("weird"))
+    assert admitted_names(cycle.run()) == ["weird"]
+
+
+def test_a_missing_priority_class_does_not_hide_a_demand_problem() -> None:
+    tracker, _ = make(b.node("n", gpu=4))
+    bad = gpu_job("bad", priority_class="nope")
+    bad["spec"]["parallelism"] = -1
+    tracker.observe(JOB, bad)
+    job = tracker.queue.get(("Job", "default", "bad"))
+    assert job is not None and job.problem_reason == "InvalidJob"
+    tracker.set_priority_classes({"high": 1000, "other": 5}, 0)
+    assert job.problem_reason == "InvalidJob", "re-judging priorities keeps the worse problem"

@@ -164,11 +164,13 @@ class CapacityCache:
         if state is None:
             return
         self._index.remove(name)
+        self._stale.pop(name, None)
         state.index_key = None
         self._feasible.clear()
         self._groups.clear()
+        self.version += 1  # memos keyed on it (most_free) must not name this node again
         self.nodes_generation += 1
-        if state.pods or state.reserved:
+        if state.pods or any(state.reserved.values()):
             # Pods still reference it (they will be deleted by the pod GC); keep the usage.
             state.known = False
         else:
@@ -289,7 +291,7 @@ class CapacityCache:
         if state is not None:
             resources.add_into(state.free, usage.request)
             state.pods -= 1
-            if not state.known and not state.reserved and not state.pods:
+            if not state.known and not any(state.reserved.values()) and not state.pods:
                 del self.nodes[state.name]
             else:
                 self._node_changed(state)

@@ -23,6 +23,27 @@ _MANAGED_BY_PARENT = "owned by {kind} {name}, which manages its suspension"
 _KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _wanted_active(parallelism: int, completions: Any, obj: Obj) -> int:
+    """Pods the Job controller keeps running at once right now (its ``manageJob`` rule):
+
+    - with ``completions``: never more than the completions still missing;
+    - without (a work queue): ``parallelism`` until the first pod succeeds; after that it
+      creates no new pods and lets the active ones finish, so only those still count.
+    """
+    raw_succeeded = dig(obj, "status", "succeeded")
+    succeeded: int = raw_succeeded if _count(raw_succeeded) else 0
+    if _count(completions):
+        return max(0, min(parallelism, int(completions) - succeeded))
+    if succeeded > 0:
+        active = dig(obj, "status", "active")
+        return min(parallelism, int(active)) if _count(active) else 0
+    return parallelism
+
+
 class JobKind:
     info = KindInfo(name="job", kind="Job", group="batch", version="v1", plural="jobs")
 
@@ -33,16 +54,13 @@ class JobKind:
         return has_true_condition(obj, "Complete", "Failed")
 
     def pod_sets(self, obj: Obj) -> list[PodSet]:
-        spec = dig(obj, "spec") or {}
+        spec = dig(obj, "spec")
+        if not isinstance(spec, dict):
+            raise DemandError("spec is missing")
         parallelism = spec.get("parallelism", 1)
-        completions = spec.get("completions")
-        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 0:
+        if not _count(parallelism):
             raise DemandError(f"spec.parallelism {parallelism!r} is not a non-negative integer")
-        count = parallelism
-        if isinstance(completions, int) and not isinstance(completions, bool):
-            # Pods still to run: a Job never runs more pods at once than completions remain.
-            succeeded = dig(obj, "status", "succeeded") or 0
-            count = max(0, min(parallelism, completions - int(succeeded)))
+        count = _wanted_active(parallelism, spec.get("completions"), obj)
         return [pod_set_from_template("main", count, spec.get("template"), "spec.template")]
 
     def priority_class_name(self, obj: Obj) -> str | None:
