@@ -96,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
         "of it (0: never)",
     )
     run.add_argument("--max-inflight", type=int, default=16)
+    run.add_argument(
+        "--resync-period",
+        type=float,
+        default=600.0,
+        help="seconds between full relists of job kinds, so every job is judged again from the "
+        "server's copy (0: only after 410 Gone)",
+    )
 
     queue = sub.add_parser("queue", help="show the queue of a running controller")
     queue.add_argument(
@@ -128,6 +135,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         strict_fifo=args.strict_fifo,
         max_inflight=args.max_inflight,
         starvation_seconds=args.starvation_timeout,
+        resync_seconds=args.resync_period,
         **extra,
     )
 

@@ -107,6 +107,7 @@ class Controller:
                 dict_codec(),
                 PriorityClassHandler(self.tracker),
                 watch_timeout=s.watch_timeout,
+                resync=s.resync_seconds,
             ),
         ]
         for adapter in self.adapters:
@@ -121,6 +122,7 @@ class Controller:
                         JobHandler(self.tracker, adapter),
                         watch_timeout=s.watch_timeout,
                         optional=adapter.info.group not in ("", "batch"),
+                        resync=s.resync_seconds,
                     )
                 )
         return out

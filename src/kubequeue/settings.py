@@ -70,3 +70,6 @@ class Settings:
     """Admission patches in flight at once."""
     watch_timeout: int = 300
     """Server-side watch timeout in seconds (randomised up to +50% per watch)."""
+    resync_seconds: float = 600.0
+    """Job kinds and PriorityClasses are listed again at least this often, so every job is
+    judged again from the server's copy (0: only after 410 Gone)."""

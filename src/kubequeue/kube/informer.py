@@ -8,7 +8,9 @@ The contract (as in client-go's reflector and kopf's watcher):
 - "410 Gone" (from the watch or an expired continue token) means our resourceVersion fell out of
   the server's window: list again, and report objects that vanished meanwhile as deleted;
 - any other failure (network, 5xx, 403 while RBAC is being fixed, a missing CRD) backs off with
-  jitter and retries; it never ends the task, so one broken kind cannot take the others down.
+  jitter and retries; it never ends the task, so one broken kind cannot take the others down;
+- with ``resync``, the list is repeated at that period (after the watch in progress ends), so
+  every object is judged again from the server's copy even if an earlier handling failed.
 Every watch has a server-side timeout and a client-side read timeout: a half-open connection is
 noticed within ``read_timeout`` seconds rather than never.
 """
@@ -137,6 +139,7 @@ class Informer(Generic[T]):
         max_backoff: float = 30.0,
         optional: bool = False,
         missing_poll: float = 10.0,
+        resync: float = 0.0,
     ) -> None:
         self.client = client
         self.name = name
@@ -152,6 +155,12 @@ class Informer(Generic[T]):
         # Polling the list (instead of watching CRDs) needs no extra RBAC.
         self.optional = optional
         self.missing_poll = missing_poll
+        # Relist at least this often (seconds; 0: only on 410 Gone), so an object whose
+        # handling failed, or whose judgement depends on something outside the object, is
+        # judged again from the server's copy (client-go's resync, done by listing: we do not
+        # keep the objects themselves).
+        self.resync = resync
+        self._listed_at = 0.0
         self._missing_logged = False
         self.resource_version = ""
         self._known: set[str] = set()
@@ -176,6 +185,9 @@ class Informer(Generic[T]):
                         task_status.started()
                 await self._watch()
                 self._failures = 0
+                if self.resync and anyio.current_time() - self._listed_at >= self.resync:
+                    log.debug("informer.resync", resource=self.name)
+                    need_list = True
             except _Gone:
                 metrics.WATCH_RESTARTS.labels(self.name, "gone").inc()
                 log.info("informer.relist", resource=self.name, why="resourceVersion expired (410)")
@@ -270,6 +282,7 @@ class Informer(Generic[T]):
         for key in self._known - seen:
             self._deliver(self.handler.delete, key, key)
         self._known = seen
+        self._listed_at = anyio.current_time()
         self.handler.synced()
         self._cached.set(len(seen))
         log.info("informer.listed", resource=self.name, objects=len(seen))
