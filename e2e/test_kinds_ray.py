@@ -145,14 +145,31 @@ async def test_capacity_held_for_a_rayjob_is_released_once_its_pods_run(
         return len(bound(await pods(kubectl, namespace, RAY_PODS))) == 3
 
     await wait_until("RayJob admitted and its pods bound", ray_pods_bound, 90)
-    # 4 of 8 GPUs are in use by the Ray workers; a 4-GPU Job fits in the rest.
-    await kubectl.apply(job("fits-beside", gpus=4), "-n", namespace)
+    # 4 of 8 GPUs are in use by the Ray workers; a 2-GPU Job fits beside them.
+    await kubectl.apply(job("fits-beside", gpus=2), "-n", namespace)
 
-    async def job_admitted() -> bool:
-        return not is_suspended(await get_job(kubectl, namespace, "fits-beside"))
+    async def admitted(name: str) -> bool:
+        return not is_suspended(await get_job(kubectl, namespace, name))
 
     try:
-        await wait_until("the 4-GPU Job admitted beside the running RayJob", job_admitted, 30)
+        await wait_until("the 2-GPU Job admitted beside the running RayJob",
+                         lambda: admitted("fits-beside"), 30)
     except TimeoutError:
         snapshot = await kq.queue()
         pytest.fail(f"the Job waits although 4 GPUs are free; queue: {snapshot}")
+    # Restart: the new controller lists Pods before RayJobs, so the Ray pods arrive before the
+    # RayJob's alias (status.rayClusterName) is known. Regression: it then held every Ray pod a
+    # second time and the next 2 GPUs looked taken.
+    kq.kill()
+    after = await kube_queue(KINDS, name="after-restart")
+    await kubectl.apply(job("after-restart", gpus=2), "-n", namespace)
+    await kubectl.apply(job("no-room", gpus=1), "-n", namespace)
+    try:
+        await wait_until("the last 2 free GPUs admitted after the restart",
+                         lambda: admitted("after-restart"), 30)
+    except TimeoutError:
+        snapshot = await after.queue()
+        pytest.fail(f"the RayJob holds its running pods twice after a restart: {snapshot}")
+    await asyncio.sleep(3)
+    assert is_suspended(await get_job(kubectl, namespace, "no-room")), "8 of 8 GPUs are in use"
+    assert after.log_events("reservation.overcommitted") == []
