@@ -21,6 +21,11 @@ pytestmark = pytest.mark.e2e
 
 KINDS = "--kinds=job,workflow"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+# Seven levels of nine references each inside the value of cpu (344 bytes).
+ALIAS_BOMB = "cpu: [" + ", ".join(
+    ["&a0 [x, x, x, x, x, x, x, x, x]"]
+    + [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 7)]
+) + "]"
 
 
 async def _workflow(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
@@ -91,23 +96,33 @@ async def test_workflows_with_bad_queueing_input_get_warnings_and_never_start(
     await kubectl.apply(workflow("bad-yaml", min_resources="cpu: [4"), "-n", namespace)
     await kubectl.apply(workflow("not-a-map", min_resources="4 GPUs please"), "-n", namespace)
     await kubectl.apply(workflow("undeclared", min_resources=None), "-n", namespace)
+    # A "billion laughs" annotation (used to take seconds to minutes and gigabytes), followed at
+    # once by an ordinary Job that must be admitted meanwhile.
+    await kubectl.apply(workflow("alias-bomb", min_resources=ALIAS_BOMB), "-n", namespace)
+    await kubectl.apply(job("keeps-flowing", gpus=1), "-n", namespace)
+
+    async def flowing() -> bool:
+        return not is_suspended(await get_job(kubectl, namespace, "keeps-flowing"))
+
+    await wait_until("a Job created right after the alias bomb is admitted", flowing, 15)
 
     missing = await wait_until(
         "MissingSuspendTemplate warning",
         lambda: first_event(kubectl, namespace, "no-gate", "MissingSuspendTemplate"))
     assert missing["type"] == "Warning"
     assert "kube-queue-suspend" in missing["message"] and "suspend: {}" in missing["message"]
-    for name in ("bad-yaml", "not-a-map", "undeclared"):
+    for name in ("bad-yaml", "not-a-map", "undeclared", "alias-bomb"):
         warning = await wait_until(
             f"InvalidMinResources warning on {name}",
             lambda name=name: first_event(kubectl, namespace, name, "InvalidMinResources"))
         assert warning["type"] == "Warning"
         assert "kube-queue/min-resources" in warning["message"], warning
+        assert len(warning["message"]) < 400 and "*a" not in warning["message"], warning
     await asyncio.sleep(3)
-    for name in ("no-gate", "bad-yaml", "not-a-map", "undeclared"):
+    for name in ("no-gate", "bad-yaml", "not-a-map", "undeclared", "alias-bomb"):
         found = await _workflow(kubectl, namespace, name)
         assert found["spec"]["suspend"] is True and admitted_at(found) is None, name
-    assert await pods(kubectl, namespace) == []
+    assert await pods(kubectl, namespace, WORKFLOW_LABEL) == []
     # The fix the message asks for is honoured: annotate the undeclared one and it runs.
     await kubectl("annotate", "workflow", "undeclared", "-n", namespace,
                   "kube-queue/min-resources=nvidia.com/gpu: 2")

@@ -1,0 +1,234 @@
+"""Quota accounting on the queue tree: what each queue uses, and whether a job's demand may be
+admitted into its queue *by policy*. Physical fit is judged separately (capacity/fit.py): a job
+runs only when both agree.
+
+Rules (resource by resource, for the resources the job requests; docs/queues.md has examples):
+
+1. Ceiling: no queue on the job's path (its queue up to the root) may go above its ``max``.
+2. Guarantee and borrowing, for a resource the tree *pools* (some queue of it names the resource
+   in ``min``): walking up from the job's queue, the admission is covered at the first queue that
+   stays within its effective min (a queue may always use up to its guarantee); if none does, the
+   root's pool (the tree's total guarantee) must still have room: the job borrows what other
+   queues' guarantees leave unused.
+3. A resource no queue on the path names is not limited by the tree.
+
+Usage is the admitted jobs' demand, all pods of every pod set (the same arithmetic as the fit),
+charged to the queue a job was admitted into and to every ancestor of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kubequeue.identity import JobKey
+from kubequeue.quantity import format_milli
+from kubequeue.queueing.tree import QueueTree
+from kubequeue.resources import PODS, Resources, add_into, sub_into
+
+__all__ = ["QuotaLedger", "Verdict"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The policy answer for one job: allowed (and whether it borrows), or why not."""
+
+    allowed: bool
+    borrowing: bool = False
+    reason: str = ""
+
+
+_ALLOWED = Verdict(True)
+
+
+def _amount(res: str, milli: int) -> str:
+    return f"{format_milli(res, milli)}"
+
+
+class QuotaLedger:
+    def __init__(self, tree: QueueTree | None = None) -> None:
+        self.tree = tree or QueueTree()
+        self._jobs: dict[JobKey, tuple[str, Resources]] = {}
+        self._used: dict[str, Resources] = {}
+        self._admitted: dict[str, int] = {}
+
+    # ----------------------------------------------------------------- bookkeeping
+    def set_tree(self, tree: QueueTree) -> None:
+        """New Queue objects: re-aggregate every admitted job on the new paths."""
+        self.tree = tree
+        self._used = {}
+        self._admitted = {}
+        for queue, demand in self._jobs.values():
+            self._add(queue, demand, 1)
+
+    def charge(self, job: JobKey, queue: str, demand: Mapping[str, int]) -> None:
+        """Count an admitted job's demand in its queue (replacing what it counted before)."""
+        old = self._jobs.get(job)
+        if old is not None and old[0] == queue and old[1] == demand:
+            return
+        self.release(job)
+        entry = (queue, {r: v for r, v in demand.items() if v and r != PODS})
+        self._jobs[job] = entry
+        self._add(entry[0], entry[1], 1)
+
+    def release(self, job: JobKey) -> None:
+        old = self._jobs.pop(job, None)
+        if old is not None:
+            self._add(old[0], old[1], -1)
+
+    def _add(self, queue: str, demand: Resources, sign: int) -> None:
+        node = self.tree.nodes.get(queue)
+        path = node.path if node is not None else (queue,)
+        for name in path:
+            used = self._used.setdefault(name, {})
+            if sign > 0:
+                add_into(used, demand)
+            else:
+                sub_into(used, demand)
+        self._admitted[queue] = self._admitted.get(queue, 0) + sign
+
+    def queue_of(self, job: JobKey) -> str | None:
+        entry = self._jobs.get(job)
+        return entry[0] if entry is not None else None
+
+    def used(self, queue: str) -> Resources:
+        return {r: v for r, v in self._used.get(queue, {}).items() if v}
+
+    def admitted(self, queue: str) -> int:
+        return self._admitted.get(queue, 0)
+
+    def borrowed(self, queue: str) -> Resources:
+        """Usage above the queue's effective min, for the resources its tree pools."""
+        node = self.tree.nodes.get(queue)
+        if node is None:
+            return {}
+        used = self._used.get(queue, {})
+        out: Resources = {}
+        for res in self.tree.pools.get(node.root, {}):
+            over = used.get(res, 0) - node.emin.get(res, 0)
+            if over > 0:
+                out[res] = over
+        return out
+
+    # ----------------------------------------------------------------- decisions
+    def check(self, queue: str, demand: Mapping[str, int]) -> Verdict:
+        """May ``demand`` be admitted into ``queue`` now, by policy? (See the module docstring.)"""
+        tree = self.tree
+        node = tree.nodes.get(queue)
+        if node is None:
+            return _ALLOWED  # the implicit default queue has no limits
+        used = self._used
+        nodes = tree.nodes
+        path = node.path
+        # 1. ceilings, from the queue up. A job that borrows a resource must also leave, under
+        #    every ceiling, room for the unused guarantees of the other queues below it: a
+        #    borrower may never make a guarantee unreachable.
+        own = used.get(queue, {})
+        for name in reversed(path):
+            ceiling = nodes[name].spec.max
+            if not ceiling:
+                continue
+            have = used.get(name, {})
+            for res, limit in ceiling.items():
+                need = demand.get(res, 0)
+                if not need:
+                    continue
+                after = have.get(res, 0) + need
+                if after > limit:
+                    return Verdict(
+                        False,
+                        reason=(
+                            f"queue {name} at max {res} ({_amount(res, have.get(res, 0))}/"
+                            f"{_amount(res, limit)}, needs {_amount(res, need)} more)"
+                        ),
+                    )
+                if own.get(res, 0) + need > node.emin.get(res, 0):
+                    kept = self._unused_guarantees(name, res, queue, need)
+                    if kept and after + kept > limit:
+                        return Verdict(
+                            False,
+                            borrowing=True,
+                            reason=(
+                                f"queue {name} at max {res} for borrowing "
+                                f"({_amount(res, have.get(res, 0))}/{_amount(res, limit)} in use, "
+                                f"{_amount(res, kept)} kept for other queues' unused min, "
+                                f"needs {_amount(res, need)} more)"
+                            ),
+                        )
+        # 2. guarantees, then borrowing from the tree's pool
+        pool = tree.pools.get(node.root, {})
+        borrowing = False
+        for res, total in pool.items():
+            need = demand.get(res, 0)
+            if not need:
+                continue
+            if own.get(res, 0) + need > node.emin.get(res, 0):
+                borrowing = True
+            covered = False
+            for name in reversed(path):
+                if used.get(name, {}).get(res, 0) + need <= nodes[name].emin.get(res, 0):
+                    covered = True
+                    break
+            if not covered:
+                in_use = used.get(node.root, {}).get(res, 0)
+                return Verdict(
+                    False,
+                    borrowing=True,
+                    reason=(
+                        f"{node.root} borrowing limit: {_amount(res, in_use)} of its "
+                        f"{_amount(res, total)} {res} guaranteed quota in use, "
+                        f"{_amount(res, need)} more needed and queue {queue} is at its min "
+                        f"({_amount(res, node.emin.get(res, 0))})"
+                    ),
+                )
+        return Verdict(True, borrowing=borrowing)
+
+    def _unused_guarantees(self, under: str, res: str, queue: str, need: int) -> int:
+        """Guaranteed ``res`` not yet used by the leaf queues below ``under``, as it would be
+        after ``queue`` takes ``need`` more."""
+        nodes = self.tree.nodes
+        used = self._used
+        total = 0
+        for leaf in nodes[under].leaves:
+            have = used.get(leaf, {}).get(res, 0) + (need if leaf == queue else 0)
+            unused = nodes[leaf].emin.get(res, 0) - have
+            if unused > 0:
+                total += unused
+        return total
+
+    def needs_to_borrow(self, queue: str, demand: Mapping[str, int]) -> bool:
+        """Would admitting ``demand`` take ``queue`` above its effective min in any pooled
+        resource? (Cheap; orders queues: jobs within their guarantee go first.)"""
+        node = self.tree.nodes.get(queue)
+        if node is None:
+            return False
+        own = self._used.get(queue, {})
+        for res in self.tree.pools.get(node.root, ()):
+            need = demand.get(res, 0)
+            if need and own.get(res, 0) + need > node.emin.get(res, 0):
+                return True
+        return False
+
+    def shares(self, queue: str) -> tuple[float, ...]:
+        """Weighted dominant shares along the queue's path, root first (hierarchical DRF):
+        share(A) = max over pooled resources of (A's usage above its effective min) / (the
+        tree's pool of that resource), divided by A's weight. Comparing these tuples picks the
+        child of the root with the smallest share first, then the smallest within it, and so on.
+        """
+        node = self.tree.nodes.get(queue)
+        if node is None:
+            return ()
+        pool = self.tree.pools.get(node.root, {})
+        out: list[float] = []
+        for name in node.path:
+            member = self.tree.nodes[name]
+            used = self._used.get(name, {})
+            share = 0.0
+            for res, total in pool.items():
+                if total <= 0:
+                    continue
+                over = used.get(res, 0) - member.emin.get(res, 0)
+                if over > 0:
+                    share = max(share, over / total)
+            out.append(share / member.spec.weight)
+        return tuple(out)
