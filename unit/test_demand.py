@@ -1,6 +1,7 @@
 import msgspec
 import pytest
 
+from kubequeue import demand
 from kubequeue.demand import DemandError, parse_resource_map, pod_request, pod_set_from_template
 from kubequeue.objects import PodSpec
 
@@ -217,3 +218,50 @@ def test_a_cpu_total_beyond_int64_millicores_is_refused() -> None:
     )
     with pytest.raises(DemandError, match="too large"):
         pod_request(s)
+
+
+# ------------------------------------------------------------ explicit zeros: presence decides
+# k8s.io/kubernetes/pkg/apis/core/v1/defaults.go SetDefaults_Pod copies a limit only into an
+# *absent* request; validation.go validateResourceRequirements refuses request > limit wherever
+# a limit is set, "0" included.
+@pytest.mark.parametrize(
+    ("requests", "limits", "expected"),
+    [
+        ({"cpu": "0"}, {"cpu": "4"}, {}),
+        ({"cpu": "0m", "memory": "1Gi"}, {"cpu": "4", "memory": "2Gi"}, {"memory": GI}),
+        ({"nvidia.com/gpu": "0"}, {"nvidia.com/gpu": "0"}, {}),
+        ({}, {"cpu": "0"}, {}),
+        ({"memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"}, {"cpu": 2000, "memory": GI}),
+    ],
+)
+def test_limits_default_only_absent_requests(requests: dict, limits: dict, expected: dict) -> None:
+    s = one_container(requests, limits)
+    assert pod_request(s) == {**expected, "pods": 1000}
+    assert demand._compute_pod_request(s, "pod") == pod_request(s)  # the memo agrees
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits"),
+    [
+        ({"cpu": "1"}, {"cpu": "0"}),
+        ({"memory": "1Gi"}, {"memory": "0"}),
+        ({"cpu": "1000001n"}, {"cpu": "1m"}),  # compared exactly, not after rounding
+    ],
+)
+def test_request_above_an_explicit_limit_is_rejected(requests: dict, limits: dict) -> None:
+    for containers in ("containers", "initContainers"):
+        raw = {containers: [{"name": "c", "resources": {"requests": requests, "limits": limits}}]}
+        with pytest.raises(DemandError, match="above its limit"):
+            pod_set_from_template("main", 1, {"spec": raw}, "spec.template")
+
+
+def test_a_zero_init_request_does_not_take_its_limit() -> None:
+    s = spec(
+        {
+            "initContainers": [
+                {"name": "i", "resources": {"requests": {"cpu": "0"}, "limits": {"cpu": "8"}}}
+            ],
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
+        }
+    )
+    assert pod_request(s) == {"cpu": 1000, "pods": 1000}

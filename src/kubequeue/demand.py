@@ -73,7 +73,11 @@ def parse_resource_map(values: Mapping[str, Any], where: str) -> Resources:
 
 
 def _parse_exact(values: Mapping[str, Any], where: str) -> Resources:
-    """Exact nano-unit amounts of a {resource: quantity} map, zeros dropped."""
+    """Exact nano-unit amounts of a {resource: quantity} map, explicit zeros kept.
+
+    Presence matters: a request of "0" is not a missing request, and a limit of "0" still caps
+    its request.
+    """
     out: Resources = {}
     for name, raw in values.items():
         if not isinstance(name, str) or not _RESOURCE_NAME.match(name) or len(name) > 253:
@@ -86,8 +90,7 @@ def _parse_exact(values: Mapping[str, Any], where: str) -> Resources:
             raise DemandError(f"{where}: {name}: {exc}") from None
         if amount < 0:
             raise DemandError(f"{where}: {name} is negative ({raw})")
-        if amount:
-            out[name] = amount
+        out[name] = amount
     return out
 
 
@@ -115,7 +118,11 @@ def _scheduler_amounts(exact: Mapping[str, int], where: str) -> Resources:
 
 
 def _container_request(container: Container, where: str) -> Resources:
-    """One container's effective request in exact nano-units."""
+    """One container's request as the API server leaves it, in exact nano-units.
+
+    SetDefaults_Pod copies a limit only into an *absent* request (so requests "0" with limits
+    "4" is 0), and validation refuses any request above a limit that is set, "0" included.
+    """
     limits = _parse_exact(container.resources.limits, f"{where} limits")
     requests = _parse_exact(container.resources.requests, f"{where} requests")
     for name, amount in requests.items():
