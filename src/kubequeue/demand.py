@@ -105,8 +105,7 @@ def _scheduler_amounts(exact: Mapping[str, int], where: str) -> Resources:
     out: Resources = {}
     for name, nanos in exact.items():
         if name == _CPU:
-            amount = milli_value(nanos)
-            counted = amount
+            counted = amount = milli_value(nanos)
         else:
             counted = unit_value(nanos)
             amount = counted * 1000

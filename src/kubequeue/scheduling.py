@@ -17,6 +17,7 @@ scheduler never places such a pod either way.)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,6 @@ _COUNTS = {
 _LABEL_NAME = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
-_GO_INT = re.compile(r"[+-]?[0-9]+")
 _INT64 = (-(2**63), 2**63 - 1)
 _NEVER = "__never__"
 
@@ -118,7 +118,7 @@ def constraints_of(spec: PodSpec) -> NodeConstraints:
 
 
 def _term(term: NodeSelectorTerm) -> Term:
-    exprs = tuple(_requirement(r.key, r.operator, r.values) for r in term.matchExpressions)
+    exprs = tuple(_requirement(r.key, r.operator, tuple(r.values)) for r in term.matchExpressions)
     fields = tuple(_field_requirement(r.key, r.operator, r.values) for r in term.matchFields)
     if not exprs and not fields:
         # A term with no requirements matches nothing.
@@ -129,7 +129,9 @@ def _term(term: NodeSelectorTerm) -> Term:
     return exprs, fields
 
 
-def _requirement(key: str, operator: str, values: Sequence[str]) -> Requirement:
+# Every pod template of a workload repeats the same few requirements: validate each once.
+@functools.lru_cache(maxsize=4096)
+def _requirement(key: str, operator: str, values: tuple[str, ...]) -> Requirement:
     """The requirement the scheduler builds, or a never-matching one where it builds none."""
     _check_accepted(key, operator, values)
     if not all(_is_label_value(v) for v in values):
@@ -188,7 +190,8 @@ def _is_dns_subdomain(text: str) -> bool:
 
 def _go_int(text: str) -> int | None:
     """strconv.ParseInt(text, 10, 64): sign and ASCII digits only, within int64; else None."""
-    if _GO_INT.fullmatch(text) is None or len(text.lstrip("+-").lstrip("0")) > 19:
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > 19:
         return None
     value = int(text)
     return value if _INT64[0] <= value <= _INT64[1] else None
