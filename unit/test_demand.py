@@ -91,6 +91,8 @@ def test_identical_requests_are_shared() -> None:
     ("requests", "message"),
     [
         ({"cpu": "-1"}, "negative"),
+        ({"cpu": "-0.5m"}, "negative"),  # MilliValue -1 (was rounded to 0 and accepted)
+        ({"memory": "-1n"}, "negative"),
         ({"cpu": "lots"}, "not a valid quantity"),
         ({"nvidia com/gpu": "1"}, "not a valid resource name"),
         ({"cpu": True}, "malformed pod template"),
