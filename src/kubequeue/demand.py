@@ -2,9 +2,11 @@
 
 The effective request follows the kube-scheduler's own arithmetic (k8s.io/component-helpers
 resource.PodRequests), so "fits" here means the scheduler will agree:
-``max(sum(app containers) + sum(sidecars), max over init steps) + overhead``. A pod template has
-not been through the API server's Pod defaulting, so limits stand in for missing requests here
-(the defaulting would copy them on pod creation anyway).
+``max(sum(app containers) + sum(sidecars), max over init steps) + overhead``, summed exactly (in
+nano-units, as Kubernetes keeps quantities) and rounded once at the end the way the scheduler's
+``Resource.Add`` does: CPU up to a millicore, every other resource up to a whole unit. A pod
+template has not been through the API server's Pod defaulting, so limits stand in for missing
+requests here (the defaulting would copy them on pod creation anyway).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import msgspec
 
 from kubequeue import resources
 from kubequeue.objects import Container, PodSpec, PodTemplateSpec
-from kubequeue.quantity import QuantityError, parse_milli
+from kubequeue.quantity import QuantityError, milli_value, parse_nano, unit_value
 from kubequeue.resources import PODS, Resources
 from kubequeue.scheduling import ConstraintError, NodeConstraints, constraints_of
 
@@ -32,6 +34,8 @@ __all__ = [
 ]
 
 # A resource name is a (optionally prefixed) qualified name, like "cpu" or "nvidia.com/gpu".
+_CPU = "cpu"
+_INT64_MAX = 2**63 - 1
 _RESOURCE_NAME = re.compile(
     r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -61,7 +65,19 @@ class PodSet:
 
 
 def parse_resource_map(values: Mapping[str, Any], where: str) -> Resources:
-    """Parse a {resource: quantity} map, rejecting bad names, bad numbers and negatives."""
+    """Parse a {resource: quantity} map into the amounts the scheduler accounts (non-zero only).
+
+    Rejects bad names, bad numbers and negatives; rounds as ``_scheduler_amounts`` does.
+    """
+    return _scheduler_amounts(_parse_exact(values, where), where)
+
+
+def _parse_exact(values: Mapping[str, Any], where: str) -> Resources:
+    """Exact nano-unit amounts of a {resource: quantity} map, explicit zeros kept.
+
+    Presence matters: a request of "0" is not a missing request, and a limit of "0" still caps
+    its request.
+    """
     out: Resources = {}
     for name, raw in values.items():
         if not isinstance(name, str) or not _RESOURCE_NAME.match(name) or len(name) > 253:
@@ -69,24 +85,50 @@ def parse_resource_map(values: Mapping[str, Any], where: str) -> Resources:
         if not isinstance(raw, str | int | float) or isinstance(raw, bool):
             raise DemandError(f"{where}: {name} has non-quantity value {raw!r}")
         try:
-            amount = parse_milli(raw)
+            amount = parse_nano(raw)
         except QuantityError as exc:
             raise DemandError(f"{where}: {name}: {exc}") from None
         if amount < 0:
             raise DemandError(f"{where}: {name} is negative ({raw})")
+        out[name] = amount
+    return out
+
+
+def _scheduler_amounts(exact: Mapping[str, int], where: str) -> Resources:
+    """Exact nano-unit totals as the kube-scheduler counts them, in our milli-units.
+
+    framework.Resource.Add takes ``MilliValue()`` of CPU and ``Value()`` (whole units, rounded
+    up) of memory, ephemeral storage, pods and every scalar resource; kept here as 1000
+    milli-units per unit. Zero amounts are left out; a total the scheduler's int64 cannot hold
+    is refused rather than wrapped.
+    """
+    out: Resources = {}
+    for name, nanos in exact.items():
+        if name == _CPU:
+            counted = amount = milli_value(nanos)
+        else:
+            counted = unit_value(nanos)
+            amount = counted * 1000
+        if counted > _INT64_MAX:
+            raise DemandError(f"{where}: {name} adds up to more than any node can hold (too large)")
         if amount:
             out[name] = amount
     return out
 
 
 def _container_request(container: Container, where: str) -> Resources:
-    limits = parse_resource_map(container.resources.limits, f"{where} limits")
-    requests = parse_resource_map(container.resources.requests, f"{where} requests")
+    """One container's request as the API server leaves it, in exact nano-units.
+
+    SetDefaults_Pod copies a limit only into an *absent* request (so requests "0" with limits
+    "4" is 0), and validation refuses any request above a limit that is set, "0" included.
+    """
+    limits = _parse_exact(container.resources.limits, f"{where} limits")
+    requests = _parse_exact(container.resources.requests, f"{where} requests")
     for name, amount in requests.items():
         if name in limits and amount > limits[name]:
             raise DemandError(
-                f"{where}: request of {name} ({resources.describe({name: amount})}) is above "
-                f"its limit ({resources.describe({name: limits[name]})})"
+                f"{where}: request of {name} ({container.resources.requests[name]}) is above "
+                f"its limit ({container.resources.limits[name]})"
             )
     merged = dict(limits)
     merged.update(requests)
@@ -170,6 +212,7 @@ def pod_request(spec: PodSpec, where: str = "pod") -> Resources:
 
 
 def _compute_pod_request(spec: PodSpec, where: str) -> Resources:
+    # Exact nano-units until _scheduler_amounts: Kubernetes adds quantities before rounding.
     app: Resources = {}
     for c in spec.containers:
         resources.add_into(app, _container_request(c, f"{where} container {c.name!r}"))
@@ -186,9 +229,10 @@ def _compute_pod_request(spec: PodSpec, where: str) -> Resources:
         _max_into(init_peak, step)
     resources.add_into(app, sidecars)
     _max_into(app, init_peak)
-    resources.add_into(app, parse_resource_map(spec.overhead, f"{where} overhead"))
-    app[PODS] = 1000
-    return resources.intern(app)
+    resources.add_into(app, _parse_exact(spec.overhead, f"{where} overhead"))
+    request = _scheduler_amounts(app, where)
+    request[PODS] = 1000
+    return resources.intern(request)
 
 
 def decode_template(template: Any, where: str) -> PodTemplateSpec:

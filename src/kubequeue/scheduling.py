@@ -4,10 +4,21 @@ These are the kube-scheduler's hard filters that depend only on the pod template
 so an admission decision made with them matches where the scheduler can actually put the pods.
 Soft preferences (preferred affinity, PreferNoSchedule) do not change *whether* a pod fits and are
 ignored on purpose.
+
+Required node affinity follows component-helpers ``nodeaffinity`` and apimachinery ``labels``:
+what the API server refuses (ValidateNodeSelectorRequirement: bad operator, value count or key;
+ValidateNodeFieldSelectorRequirement) is a ConstraintError. What it accepts but
+``labels.NewRequirement`` cannot build - a value that is not a label value, a Gt/Lt value that
+``strconv.ParseInt(v, 10, 64)`` refuses ("1_0", "+5", 2**63) - voids its term, which then matches
+no node, exactly as the scheduler treats a term with parse errors. (Recent API servers, v1.36
+among them, also refuse invalid label values in new pods; older ones accept them, and the
+scheduler never places such a pod either way.)
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +28,21 @@ __all__ = ["ConstraintError", "NodeConstraints", "constraints_of", "tolerates"]
 
 _HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+# Which value counts ValidateNodeSelectorRequirement accepts, per operator.
+_COUNTS = {
+    "In": (1, None, "needs at least one value"),
+    "NotIn": (1, None, "needs at least one value"),
+    "Exists": (0, 0, "takes no values"),
+    "DoesNotExist": (0, 0, "takes no values"),
+    "Gt": (1, 1, "needs exactly one value"),
+    "Lt": (1, 1, "needs exactly one value"),
+}
+# apimachinery validation: label names/values, DNS-1123 subdomains, strconv.ParseInt base 10.
+_LABEL_NAME = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
+_INT64 = (-(2**63), 2**63 - 1)
+_NEVER = "__never__"
 
 # (key, operator, values): hashable so equal constraints share one memoised feasible-node set.
 Requirement = tuple[str, str, frozenset[str]]
@@ -74,7 +100,7 @@ def tolerates(tolerations: Sequence[Toleration], taint: Taint) -> bool:
 
 
 def constraints_of(spec: PodSpec) -> NodeConstraints:
-    """Extract hard constraints from a pod spec; raises ConstraintError on invalid operators."""
+    """Extract hard constraints from a pod spec; ConstraintError for what the API server refuses."""
     terms: tuple[Term, ...] = ()
     affinity = spec.affinity
     if affinity and affinity.nodeAffinity:
@@ -83,7 +109,7 @@ def constraints_of(spec: PodSpec) -> NodeConstraints:
             terms = tuple(_term(t) for t in required.nodeSelectorTerms)
             if not terms:
                 # An empty term list matches no node at all (scheduler semantics).
-                terms = (((("", "__never__", frozenset()),), ()),)
+                terms = ((((_NEVER, _NEVER, frozenset()),), ()),)
     return NodeConstraints(
         node_selector=tuple(sorted(spec.nodeSelector.items())),
         terms=terms,
@@ -92,33 +118,83 @@ def constraints_of(spec: PodSpec) -> NodeConstraints:
 
 
 def _term(term: NodeSelectorTerm) -> Term:
-    exprs = tuple(_requirement(r.key, r.operator, r.values) for r in term.matchExpressions)
-    fields = tuple(_requirement(r.key, r.operator, r.values) for r in term.matchFields)
-    for key, _op, _vals in fields:
-        if key != "metadata.name":
-            raise ConstraintError(f"matchFields supports only metadata.name, not {key!r}")
+    exprs = tuple(_requirement(r.key, r.operator, tuple(r.values)) for r in term.matchExpressions)
+    fields = tuple(_field_requirement(r.key, r.operator, r.values) for r in term.matchFields)
     if not exprs and not fields:
         # A term with no requirements matches nothing.
-        exprs = (("", "__never__", frozenset()),)
+        exprs = ((_NEVER, _NEVER, frozenset()),)
+    if any(op == _NEVER for _key, op, _vals in exprs):
+        # labels.NewRequirement failed: the scheduler's term has parse errors, matches no node.
+        exprs, fields = ((_NEVER, _NEVER, frozenset()),), ()
     return exprs, fields
 
 
-def _requirement(key: str, operator: str, values: Sequence[str]) -> Requirement:
+# Every pod template of a workload repeats the same few requirements: validate each once.
+@functools.lru_cache(maxsize=4096)
+def _requirement(key: str, operator: str, values: tuple[str, ...]) -> Requirement:
+    """The requirement the scheduler builds, or a never-matching one where it builds none."""
+    _check_accepted(key, operator, values)
+    if not all(_is_label_value(v) for v in values):
+        return key, _NEVER, frozenset()
+    if operator in ("Gt", "Lt"):
+        bound = _go_int(values[0])
+        if bound is None:
+            return key, _NEVER, frozenset()
+        return key, operator, frozenset({str(bound)})
+    return key, operator, frozenset(values)
+
+
+def _check_accepted(key: str, operator: str, values: Sequence[str]) -> None:
+    """ConstraintError for what ValidateNodeSelectorRequirement refuses."""
     if operator not in _OPERATORS:
         raise ConstraintError(
             f"node affinity operator {operator!r} on key {key!r} is not one of "
             f"{', '.join(sorted(_OPERATORS))}"
         )
-    if operator in ("Gt", "Lt"):
-        if len(values) != 1:
-            raise ConstraintError(f"node affinity {operator} on {key!r} needs exactly one value")
-        try:
-            int(values[0])
-        except ValueError as exc:
-            raise ConstraintError(
-                f"node affinity {operator} on {key!r} needs an integer, got {values[0]!r}"
-            ) from exc
+    least, most, wanted = _COUNTS[operator]
+    if len(values) < least or (most is not None and len(values) > most):
+        raise ConstraintError(f"node affinity {operator} on {key!r} {wanted}, got {len(values)}")
+    if not _is_label_key(key):
+        raise ConstraintError(f"node affinity key {key!r} is not a valid label key")
+
+
+def _field_requirement(key: str, operator: str, values: Sequence[str]) -> Requirement:
+    """A matchFields requirement; ConstraintError for what ValidateNodeFieldSelectorRequirement
+    refuses (the scheduler compares the node name as plain text)."""
+    if key != "metadata.name":
+        raise ConstraintError(f"matchFields supports only metadata.name, not {key!r}")
+    if operator not in ("In", "NotIn"):
+        raise ConstraintError(f"matchFields operator {operator!r} is not In or NotIn")
+    if len(values) != 1:
+        raise ConstraintError(f"matchFields {operator} needs exactly one value, got {len(values)}")
+    if not _is_dns_subdomain(values[0]):
+        raise ConstraintError(f"matchFields value {values[0]!r} is not a valid node name")
     return key, operator, frozenset(values)
+
+
+def _is_label_key(key: str) -> bool:
+    """validation.IsQualifiedName: an optional DNS subdomain and "/", then a label name."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not _is_dns_subdomain(prefix):
+        return False
+    return len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
+
+
+def _is_label_value(value: str) -> bool:
+    return value == "" or (len(value) <= 63 and _LABEL_NAME.fullmatch(value) is not None)
+
+
+def _is_dns_subdomain(text: str) -> bool:
+    return len(text) <= 253 and _DNS_SUBDOMAIN.fullmatch(text) is not None
+
+
+def _go_int(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64): sign and ASCII digits only, within int64; else None."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > 19:
+        return None
+    value = int(text)
+    return value if _INT64[0] <= value <= _INT64[1] else None
 
 
 def _term_matches(term: Term, name: str, labels: Mapping[str, str]) -> bool:
@@ -140,12 +216,9 @@ def _requirement_matches(req: Requirement, value: str | None) -> bool:
     if op == "DoesNotExist":
         return value is None
     if op in ("Gt", "Lt"):
-        if value is None:
-            return False
-        try:
-            have = int(value)
-        except ValueError:
+        have = None if value is None else _go_int(value)
+        if have is None:
             return False
         want = int(next(iter(values)))
         return have > want if op == "Gt" else have < want
-    return False  # "__never__"
+    return False  # _NEVER
