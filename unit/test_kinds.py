@@ -492,6 +492,7 @@ HOSTILE_MIN_RESOURCES = {
     "empty": "",
     "null value": "cpu:",
     "python tag": "cpu: !!python/object/apply:os.system ['true']",
+    "non-ascii digit": "cpu: \u0661",
 }
 
 
