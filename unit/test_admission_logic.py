@@ -224,7 +224,7 @@ def test_a_starved_job_stops_backfill_behind_it() -> None:
         tracker.observe(JOB, big)
         tracker.observe(JOB, gpu_job("small", gpus=1, created="1970-01-01T00:00:01Z"))
         assert admitted_names(cycle.run()) == expected, f"now={now}"
-        assert cycle.blocked_by is (
+        assert cycle.blocked.get("") is (
             None if expected else tracker.queue.get(("Job", "default", "big"))
         )
 

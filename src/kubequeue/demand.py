@@ -12,7 +12,7 @@ requests here (the defaulting would copy them on pod creation anyway).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = [
     "parse_resource_map",
     "pod_request",
     "pod_set_from_template",
+    "total_demand",
 ]
 
 # A resource name is a (optionally prefixed) qualified name, like "cpu" or "nvidia.com/gpu".
@@ -62,6 +63,14 @@ class PodSet:
     count: int
     request: Resources
     constraints: NodeConstraints = field(default_factory=NodeConstraints)
+
+
+def total_demand(pod_sets: Sequence[PodSet]) -> Resources:
+    """Every pod of every pod set, summed: what a job counts against its queue's quota."""
+    out: Resources = {}
+    for ps in pod_sets:
+        resources.add_into(out, ps.request, ps.count)
+    return out
 
 
 def parse_resource_map(values: Mapping[str, Any], where: str) -> Resources:

@@ -6,7 +6,14 @@ in README.md).
 
 from __future__ import annotations
 
-__all__ = ["ADMITTED_AT", "IGNORE", "SUSPEND_ANNOTATION"]
+__all__ = [
+    "ADMITTED_AT",
+    "BORROWING",
+    "IGNORE",
+    "QUEUE_ANNOTATION",
+    "QUEUE_LABEL",
+    "SUSPEND_ANNOTATION",
+]
 
 # Written by kube-queue on admission; its presence on a running job means "kube-queue admitted
 # this", which is how a restarted controller finds the jobs whose capacity it must keep holding.
@@ -15,3 +22,11 @@ ADMITTED_AT = "kube-queue.io/admitted-at"
 IGNORE = "kube-queue.io/ignore"
 # The suspend annotation understood by Kubeflow / Spark operator builds that support it.
 SUSPEND_ANNOTATION = "scheduling.x-k8s.io/suspend"
+# Users name the Queue a job waits in with this label (it takes precedence over Queue
+# namespaceSelectors).
+QUEUE_LABEL = "kube-queue.io/queue-name"
+# Written on admission when the job went through a Queue object: the queue it was admitted into
+# (its usage stays charged there, whatever happens to labels and selectors later) and whether it
+# was admitted above its queue's guarantee ("true"), i.e. on quota that may be reclaimed.
+QUEUE_ANNOTATION = "kube-queue.io/queue"
+BORROWING = "kube-queue.io/borrowing"

@@ -18,8 +18,9 @@ The cycle is synchronous and never awaits: informer updates cannot interleave wi
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -30,7 +31,8 @@ from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, explain, place, place_counted
 from kubequeue.demand import PodSet
-from kubequeue.queueing.queue import QueuedJob
+from kubequeue.queueing.queue import JobQueue, QueuedJob
+from kubequeue.queueing.quota import QuotaLedger
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +69,8 @@ class AdmissionCycle:
         self.strict_fifo = strict_fifo
         self.starvation_seconds = starvation_seconds
         self._wall_clock = wall_clock
-        self.blocked_by: QueuedJob | None = None
+        # Per queue, the job that held the rest of its line back in the last cycle.
+        self.blocked: dict[str, QueuedJob] = {}
         self.explain_budget = explain_budget
         self.report_interval = report_interval
         self._clock = clock
@@ -81,14 +84,23 @@ class AdmissionCycle:
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
-        blocked_by: QueuedJob | None = None
+        blocked: dict[str, QueuedJob] = {}
         shortcuts = self._shortcuts
         shortcuts.start(cache)
         # Loop invariants, read once: this walk visits every queued job, so it is kept lean.
         inflight = tracker.inflight
         nodes_generation = cache.nodes_generation
-        may_block = self.strict_fifo or bool(self.starvation_seconds)  # else _blocks is False
-        for job in tracker.queue.ordered():  # step 1
+        ledger = tracker.ledger
+        tree = ledger.tree
+        lines = tracker.queue.lines()
+        # One line (always so without Queue objects): walk it in order. Several: the line whose
+        # head has the better fair-share claim goes next (_Walk).
+        walk = _Walk(tracker.queue, lines, ledger) if len(lines) > 1 else None
+        jobs: Iterable[QueuedJob] = (
+            walk if walk is not None else tracker.queue.ordered(lines[0]) if lines else ()
+        )
+        may_block = bool(self.starvation_seconds) or self.strict_fifo or bool(tree)
+        for job in jobs:  # step 1
             if inflight and job.key in inflight:
                 continue
             if job.problem is not None:  # step 2
@@ -96,52 +108,87 @@ class AdmissionCycle:
                 continue
             if job.never_fits and job.never_fits_generation == nodes_generation:
                 continue
+            stop = False
             if job.failed_at == generation:
                 result.waiting += 1
-                if may_block and self._blocks(job, starved_before):
-                    blocked_by = job
+                stop = may_block and self._blocks(job, starved_before)
+            elif job.queue and not self._quota_allows(result, job):  # step 3: policy
+                result.waiting += 1
+                stop = may_block and not job.over_quota and self._blocks(job, starved_before)
+            else:
+                result.evaluated += 1
+                placed = shortcuts.place(job, cache)  # step 4: physical fit
+                if placed is not None:
+                    borrowing = bool(job.queue) and ledger.needs_to_borrow(job.queue, job.demand)
+                    tracker.begin_admission(job, job.pod_sets, placed, borrowing)  # step 5
+                    result.admitted.append(Admission(job, placed))
+                    if walk is not None:
+                        walk.admitted()
+                    continue
+                job.failed_at = generation
+                result.waiting += 1
+                if budget > 0 and self._explain(result, job):  # step 6
+                    budget -= 1
+                stop = may_block and not job.never_fits and self._blocks(job, starved_before)
+            if stop:
+                blocked[job.queue] = job
+                if walk is None:
                     break
-                continue
-            result.evaluated += 1
-            placed = shortcuts.place(job, cache)  # step 3
-            if placed is not None:
-                tracker.begin_admission(job, job.pod_sets, placed)  # step 4
-                result.admitted.append(Admission(job, placed))
-                continue
-            job.failed_at = generation
-            result.waiting += 1
-            if budget > 0 and self._explain(result, job):  # step 5
-                budget -= 1
-            if may_block and not job.never_fits and self._blocks(job, starved_before):
-                blocked_by = job
-                break
-        self._note_blocking(blocked_by)
+                walk.block(job.queue)
+        self._note_blocking(blocked)
         return result
 
-    def _blocks(self, job: QueuedJob, starved_before: float) -> bool:
-        """Whether a job that does not fit stops the jobs behind it from being admitted.
+    def _quota_allows(self, result: CycleResult, job: QueuedJob) -> bool:
+        """Step 3: may the job's queue path take its demand now? If not, say why: the Event
+        names the queue and the limit (stable text); the numbers go to ``quota_reason`` for
+        ``kube-queue status``. A job above a limit even with its queue empty never blocks."""
+        ledger = self.tracker.ledger
+        verdict = ledger.check(job.queue, job.demand)
+        if verdict.allowed:
+            job.quota_reason = ""
+            return True
+        job.quota_reason = verdict.reason
+        job.over_quota = ledger.beyond_limits(job.queue, job.demand)
+        if job.over_quota:
+            self._report(
+                result,
+                job,
+                "Warning",
+                "QuotaExceeded",
+                f"can never be admitted into queue {job.queue}: {job.over_quota}; it stays "
+                "queued until the Queue's limits change",
+            )
+        else:
+            self._report(result, job, "Normal", "Queued", f"waiting for quota: {verdict.cause}")
+        return False
 
-        Always under StrictFIFO. Under BestEffortFIFO only once it has waited longer than
+    def _blocks(self, job: QueuedJob, starved_before: float) -> bool:
+        """Whether a job that cannot be admitted stops the jobs behind it *in its queue*.
+
+        Always under StrictFIFO (the queue's strategy; ``--strict-fifo`` for the implicit
+        queue). Under BestEffortFIFO only once it has waited longer than
         ``starvation_seconds``: until then smaller jobs may fill the gaps it cannot use, after
         that the gaps are left to grow until it fits, so a big gang job cannot starve forever
         behind a stream of small ones.
         """
-        if self.strict_fifo:
+        if self.tracker.ledger.tree.strict(job.queue, self.strict_fifo):
             return True
         return bool(self.starvation_seconds) and job.created_epoch < starved_before
 
-    def _note_blocking(self, job: QueuedJob | None) -> None:
-        if job is self.blocked_by:
-            return
-        if job is not None and not self.strict_fifo:
-            log.info(
-                "queue.holding_for_starved_job",
-                job="/".join(job.key),
-                waited_s=round(self._wall_clock() - job.created_epoch),
-                why="it has waited longer than the starvation timeout; jobs behind it wait "
-                "until it fits",
-            )
-        self.blocked_by = job
+    def _note_blocking(self, blocked: dict[str, QueuedJob]) -> None:
+        for line, job in blocked.items():
+            if self.blocked.get(line) is job:
+                continue
+            if not self.tracker.ledger.tree.strict(line, self.strict_fifo):
+                log.info(
+                    "queue.holding_for_starved_job",
+                    job="/".join(job.key),
+                    queue=line or None,
+                    waited_s=round(self._wall_clock() - job.created_epoch),
+                    why="it has waited longer than the starvation timeout; jobs behind it in "
+                    "its queue wait until it is admitted",
+                )
+        self.blocked = blocked
 
     def _explain(self, result: CycleResult, job: QueuedJob) -> bool:
         """Refresh the job's reasons if they are stale; True if work was spent."""
@@ -165,7 +212,10 @@ class AdmissionCycle:
             return spent
         job.wait_reason = explain(job.pod_sets, cache) or "capacity was just taken by another job"
         job.explained_at = now
-        self._report(result, job, "Normal", "Queued", f"waiting for capacity: {job.wait_reason}")
+        where = f" in queue {job.queue}" if job.queue else ""
+        self._report(
+            result, job, "Normal", "Queued", f"waiting for capacity{where}: {job.wait_reason}"
+        )
         return True
 
     def _report(
@@ -175,6 +225,68 @@ class AdmissionCycle:
             return
         job.reported[reason] = msg
         result.notices.append(Notice(job.key, job.uid, type_, reason, msg))
+
+
+class _Walk:
+    """The queued jobs of several queues, one at a time, the best fair-share claim first.
+
+    Each queue's line is walked in its own order (priority, age); which line goes next is
+    decided by its head: jobs that stay within their queue's guarantee before jobs that would
+    borrow, then the smaller weighted dominant shares along the queue's path (hierarchical
+    DRF, QuotaLedger.shares), then priority and age. Shares move only when a job is admitted,
+    so they are computed once per admission, not per job.
+    """
+
+    def __init__(self, queue: JobQueue, lines: Sequence[str], ledger: QuotaLedger) -> None:
+        self._ledger = ledger
+        self._lines = {line: iter(queue.ordered(line)) for line in lines}
+        self._heads: dict[str, QueuedJob] = {}
+        self._shares: dict[str, tuple[float, ...]] = {}
+        self._heap: list[tuple[tuple[object, ...], str]] = []
+        for line, jobs in self._lines.items():
+            head = next(jobs, None)
+            if head is not None:
+                self._heads[line] = head
+        self._rebuild()
+
+    def _key(self, line: str, job: QueuedJob) -> tuple[object, ...]:
+        shares = self._shares.get(line)
+        if shares is None:
+            shares = self._shares[line] = self._ledger.shares(line) if line else (0.0,)
+        borrows = bool(line) and self._ledger.needs_to_borrow(line, job.demand)
+        return (borrows, shares, -job.priority, job.created, line)
+
+    def _rebuild(self) -> None:
+        self._shares.clear()
+        self._heap = [(self._key(line, job), line) for line, job in self._heads.items()]
+        heapq.heapify(self._heap)
+
+    def __iter__(self) -> Iterator[QueuedJob]:
+        return self
+
+    def __next__(self) -> QueuedJob:
+        heap = self._heap
+        while heap:
+            _, line = heapq.heappop(heap)
+            job = self._heads.get(line)
+            if job is None:
+                continue  # the line was blocked
+            following = next(self._lines[line], None)
+            if following is None:
+                del self._heads[line]
+            else:
+                self._heads[line] = following
+                heapq.heappush(heap, (self._key(line, following), line))
+            return job
+        raise StopIteration
+
+    def admitted(self) -> None:
+        """Usage changed: every line's claim is judged again."""
+        self._rebuild()
+
+    def block(self, line: str) -> None:
+        """The rest of this line waits for the next cycle."""
+        self._heads.pop(line, None)
 
 
 # Freed nodes to look at before giving up on a shortcut and simply running the fit.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -24,13 +24,16 @@ import structlog
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
-from kubequeue.demand import DemandError, PodSet
+from kubequeue.demand import DemandError, PodSet, total_demand
 from kubequeue.identity import JobKey
-from kubequeue.kinds.common import annotations_of, dig
+from kubequeue.kinds.common import annotations_of, dig, labels_of
 from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj
-from kubequeue.labels import ADMITTED_AT
+from kubequeue.labels import ADMITTED_AT, BORROWING, QUEUE_ANNOTATION, QUEUE_LABEL
 from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue, QueuedJob
+from kubequeue.queueing.quota import QuotaLedger
+from kubequeue.queueing.spec import QueueSpec
+from kubequeue.queueing.tree import QueueTree
 
 __all__ = ["JobTracker", "job_key"]
 
@@ -73,6 +76,10 @@ class JobTracker:
         self._aliases_of: dict[JobKey, list[JobKey]] = {}
         # Admitted jobs that need one more write (FollowsUp kinds): key -> (resourceVersion, patch).
         self.follow_ups: dict[JobKey, tuple[str, dict[str, Any]]] = {}
+        # Queue objects (as a validated tree) and what admitted jobs use of them; namespace
+        # labels for Queue namespaceSelectors (None until Namespaces are listed).
+        self.ledger = QuotaLedger()
+        self.namespace_labels: dict[str, dict[str, str]] = {}
 
     def register(self, adapter: JobAdapter) -> None:
         self.adapters[adapter.info.kind] = adapter
@@ -98,6 +105,7 @@ class JobTracker:
             self._gone.discard(key)
             if key not in self.inflight:
                 self.reservations.release(key)
+                self.ledger.release(key)
             self._enqueue(adapter, key, obj)
             return
         self.queue.remove(key)
@@ -114,8 +122,19 @@ class JobTracker:
                 _unreadable(adapter, key, "resource demand", exc)
                 return
             self.reservations.track(key, pod_sets)
+            self.ledger.charge(key, self._admitted_queue(obj), total_demand(pod_sets))
         elif key not in self.inflight:
             self.reservations.release(key)
+            self.ledger.release(key)
+
+    def _admitted_queue(self, obj: Obj) -> str:
+        """The queue an admitted job counts in: the one it was admitted into (annotation), else
+        (admitted before queues existed) the one it would be assigned now."""
+        recorded = annotations_of(obj).get(QUEUE_ANNOTATION)
+        if isinstance(recorded, str) and recorded:
+            return recorded
+        namespace = str(dig(obj, "metadata", "namespace") or "")
+        return self.ledger.tree.assign(labels_of(obj), self.namespace_labels.get(namespace)).queue
 
     def _note_follow_up(self, adapter: JobAdapter, key: JobKey, obj: Obj) -> None:
         patch = None
@@ -178,6 +197,7 @@ class JobTracker:
             self._gone.add(key)
         else:
             self.reservations.release(key)
+            self.ledger.release(key)
 
     def _enqueue(self, adapter: JobAdapter, key: JobKey, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -190,6 +210,7 @@ class JobTracker:
             priority=self.default_priority,
             created=created,
             created_epoch=_epoch(created),
+            labels=labels_of(obj),
         )
         class_name: str | None = None
         try:
@@ -202,17 +223,24 @@ class JobTracker:
         except Exception as exc:
             job.problem = _unreadable(adapter, key, "resource demand", exc)
             job.problem_reason = "InvalidJob"
+        job.demand = total_demand(job.pod_sets)
         self._priority_of[key] = class_name
         self._judge_priority(job, class_name)
+        self._judge_queue(job)
         if previous is not None:
             job.reported = previous.reported
-            if _same_demand(previous.pod_sets, job.pod_sets) and previous.problem == job.problem:
+            if (
+                _same_demand(previous.pod_sets, job.pod_sets)
+                and previous.problem == job.problem
+                and previous.queue == job.queue
+            ):
                 # Nothing that decides the fit changed: keep the verdicts, skip re-evaluation.
                 job.failed_at = previous.failed_at
                 job.wait_reason = previous.wait_reason
                 job.explained_at = previous.explained_at
                 job.never_fits = previous.never_fits
                 job.never_fits_generation = previous.never_fits_generation
+                job.quota_reason = previous.quota_reason
         self.queue.upsert(job)
         self._changed()
 
@@ -231,6 +259,52 @@ class JobTracker:
             job.problem_reason = "UnknownPriorityClass"
             return
         job.priority = value
+
+    def _judge_queue(self, job: QueuedJob) -> None:
+        """Which queue the job waits in, and whether it can wait there (UnknownQueue,
+        InvalidQueue). Without Queue objects every job waits in the implicit queue ""."""
+        if job.problem_reason in _QUEUE_PROBLEMS:
+            job.problem = None
+            job.problem_reason = ""
+        tree = self.ledger.tree
+        if not tree and QUEUE_LABEL not in job.labels:
+            job.queue = ""
+            return
+        found = tree.assign(job.labels, self.namespace_labels.get(job.key[1]))
+        job.queue = found.queue
+        if found.problem is not None and job.problem is None:
+            job.problem = found.problem
+            job.problem_reason = found.reason
+
+    # ----------------------------------------------------------------- queues, namespaces
+    def set_queues(self, specs: Iterable[QueueSpec]) -> None:
+        """Queue objects changed: rebuild the tree, re-aggregate usage, re-assign queued jobs."""
+        self.ledger.set_tree(QueueTree(specs))
+        self._rejudge_queues(None)
+
+    def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A namespace's labels (None: it is gone), for Queue namespaceSelectors."""
+        if labels is None:
+            if self.namespace_labels.pop(name, None) is None:
+                return
+        else:
+            new = dict(labels)
+            if self.namespace_labels.get(name) == new:
+                return
+            self.namespace_labels[name] = new
+        if self.ledger.tree:
+            self._rejudge_queues(name)
+
+    def _rejudge_queues(self, namespace: str | None) -> None:
+        for job in self.queue.ordered():
+            if namespace is not None and job.key[1] != namespace:
+                continue
+            before = (job.queue, job.problem)
+            self._judge_queue(job)
+            if (job.queue, job.problem) != before:
+                job.quota_reason = ""
+                self.queue.upsert(job)
+        self._changed()
 
     # ----------------------------------------------------------------- priority classes
     def set_priority_classes(self, classes: Mapping[str, int], default: int) -> None:
@@ -258,11 +332,28 @@ class JobTracker:
 
     # ----------------------------------------------------------------- admission outcomes
     def begin_admission(
-        self, job: QueuedJob, pod_sets: Sequence[PodSet], placed: Sequence[Assignment]
+        self,
+        job: QueuedJob,
+        pod_sets: Sequence[PodSet],
+        placed: Sequence[Assignment],
+        borrowing: bool = False,
     ) -> None:
         self.reservations.hold(job.key, pod_sets, placed)
         self.queue.remove(job.key)
         self.inflight[job.key] = job
+        if job.queue:
+            self.ledger.charge(job.key, job.queue, job.demand)
+            # Recorded on the job with the admission itself: where its usage counts, and
+            # whether it is borrowed quota (what a reclaim may take back), survive restarts.
+            patch = dict(job.admission_patch)
+            meta = dict(patch.get("metadata") or {})
+            meta["annotations"] = {
+                **(meta.get("annotations") or {}),
+                QUEUE_ANNOTATION: job.queue,
+                BORROWING: "true" if borrowing else "false",
+            }
+            patch["metadata"] = meta
+            job.admission_patch = patch
 
     def admission_succeeded(self, key: JobKey, adapter: JobAdapter, obj: Obj) -> None:
         self.inflight.pop(key, None)
@@ -273,6 +364,7 @@ class JobTracker:
         """Undo the hold; the job waits again (the informer has its latest state)."""
         job = self.inflight.pop(key, None)
         self.reservations.release(key)
+        self.ledger.release(key)
         if key in self._gone:
             self._gone.discard(key)
         elif job is not None and key not in self.queue:
@@ -283,6 +375,9 @@ class JobTracker:
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change()
+
+
+_QUEUE_PROBLEMS = frozenset({"UnknownQueue", "InvalidQueue"})
 
 
 def _unreadable(adapter: JobAdapter, key: JobKey, what: str, exc: Exception) -> str:

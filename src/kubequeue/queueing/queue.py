@@ -1,15 +1,18 @@
-"""The one queue every job kind feeds: ordered by priority, then age, then name.
+"""Every queued job, in one ordered line per queue: priority, then age, then name.
 
 Order key: (-priority, creationTimestamp, namespace, name, kind). Creation time (not the moment
 kube-queue saw the job) keeps the order stable across controller restarts; the name tie-break
 makes it total, so two replicas would walk the queue identically.
 
-Upsert and remove are O(log n) (a sorted list plus a dict from job to its key); walking the queue
-in order is a snapshot so the admission cycle may remove jobs while it walks.
+A job waits in the line of its queue (``QueuedJob.queue``; "" is the implicit default queue, the
+only line when no Queue objects exist). Upsert and remove are O(log n) (a sorted list per line
+plus a dict from job to its entry); walking a line in order is a snapshot so the admission cycle
+may remove jobs while it walks. Which line goes next is the cycle's business (fair sharing).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +22,7 @@ from sortedcontainers import SortedList
 
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
+from kubequeue.resources import Resources
 
 __all__ = ["JobQueue", "QueuedJob", "order_key"]
 
@@ -53,6 +57,13 @@ class QueuedJob:
     # The admission cycle's number for this job's demand shape (pod requests and constraints;
     # see admission/cycle.py), with the pod_sets it was computed for.
     shape: tuple[Sequence[PodSet], int] | None = None
+    # The queue it waits in ("": the implicit default queue), the labels that chose it, its
+    # total demand (every pod of every pod set: what quota counts), and the last quota refusal.
+    queue: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    demand: Resources = field(default_factory=dict)
+    quota_reason: str = ""
+    over_quota: str = ""  # non-empty when its queue's limits refuse it even with nothing running
 
     @property
     def kind(self) -> str:
@@ -66,10 +77,11 @@ def order_key(job: QueuedJob) -> OrderKey:
 
 class JobQueue:
     def __init__(self) -> None:
-        # Entries are (*order key, job): the key alone decides the order (it is unique: it ends
-        # with the job's identity), and carrying the job lets ordered() read it off directly.
-        self._order: SortedList = SortedList()
-        self._jobs: dict[JobKey, tuple[Any, ...]] = {}
+        # Per line, entries (*order key, job): the key alone decides the order (it is unique: it
+        # ends with the job's identity), and carrying the job lets ordered() read it off.
+        self._lines: dict[str, SortedList] = {}
+        # job -> (its entry, the line it is in)
+        self._jobs: dict[JobKey, tuple[tuple[Any, ...], str]] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -79,37 +91,62 @@ class JobQueue:
 
     def get(self, key: JobKey) -> QueuedJob | None:
         found = self._jobs.get(key)
-        return found[-1] if found else None
+        return found[0][-1] if found else None
 
     def upsert(self, job: QueuedJob) -> None:
         entry = (*order_key(job), job)
+        line = job.queue
         old = self._jobs.get(job.key)
         if old is not None:
-            if old[-1] is job and old == entry:
+            if old[0][-1] is job and old[0] == entry and old[1] == line:
                 return
-            self._order.remove(old)
-        self._order.add(entry)
-        self._jobs[job.key] = entry
+            self._discard(old)
+        ordered = self._lines.get(line)
+        if ordered is None:
+            ordered = self._lines[line] = SortedList()
+        ordered.add(entry)
+        self._jobs[job.key] = (entry, line)
 
     def remove(self, key: JobKey) -> QueuedJob | None:
         old = self._jobs.pop(key, None)
         if old is None:
             return None
-        self._order.remove(old)
-        job: QueuedJob = old[-1]
+        self._discard(old)
+        job: QueuedJob = old[0][-1]
         return job
 
-    def ordered(self) -> list[QueuedJob]:
-        """Every queued job in admission order (a snapshot)."""
-        return [entry[-1] for entry in self._order]
+    def _discard(self, old: tuple[tuple[Any, ...], str]) -> None:
+        entry, line = old
+        ordered = self._lines[line]
+        ordered.remove(entry)
+        if not ordered:
+            del self._lines[line]
+
+    def lines(self) -> list[str]:
+        """The queues that have jobs waiting, by name."""
+        return sorted(self._lines)
+
+    def ordered(self, line: str | None = None) -> list[QueuedJob]:
+        """The jobs of one line in admission order, or of all lines merged in priority order
+        (a snapshot either way)."""
+        if line is not None:
+            found = self._lines.get(line)
+            return [entry[-1] for entry in found] if found is not None else []
+        if len(self._lines) == 1:
+            return [entry[-1] for entry in next(iter(self._lines.values()))]
+        merged = heapq.merge(*self._lines.values(), key=lambda entry: entry[:-1])
+        return [entry[-1] for entry in merged]
 
     def __iter__(self) -> Iterator[QueuedJob]:
         return iter(self.ordered())
 
     def position(self, key: JobKey) -> int | None:
-        """0-based place in line, for users asking "how far back am I"."""
+        """0-based place in its queue's line, for users asking "how far back am I"."""
         found = self._jobs.get(key)
-        return None if found is None else int(self._order.index(found))
+        return None if found is None else int(self._lines[found[1]].index(found[0]))
 
     def depth_by_kind(self) -> Counter[str]:
         return Counter(k[0] for k in self._jobs)
+
+    def depth_by_queue(self) -> dict[str, int]:
+        return {line: len(entries) for line, entries in self._lines.items()}

@@ -35,7 +35,8 @@ class Verdict:
 
     allowed: bool
     borrowing: bool = False
-    reason: str = ""
+    reason: str = ""  # with the numbers, for `kube-queue status`
+    cause: str = ""  # the same without numbers: stable, for Events (which change on a new cause)
 
 
 _ALLOWED = Verdict(True)
@@ -141,6 +142,7 @@ class QuotaLedger:
                             f"queue {name} at max {res} ({_amount(res, have.get(res, 0))}/"
                             f"{_amount(res, limit)}, needs {_amount(res, need)} more)"
                         ),
+                        cause=f"queue {name} is at its max {res}",
                     )
                 if own.get(res, 0) + need > node.emin.get(res, 0):
                     kept = self._unused_guarantees(name, res, queue, need)
@@ -153,6 +155,10 @@ class QuotaLedger:
                                 f"({_amount(res, have.get(res, 0))}/{_amount(res, limit)} in use, "
                                 f"{_amount(res, kept)} kept for other queues' unused min, "
                                 f"needs {_amount(res, need)} more)"
+                            ),
+                            cause=(
+                                f"queue {name} is at its max {res} for borrowing (the rest is "
+                                "kept for other queues' guarantees)"
                             ),
                         )
         # 2. guarantees, then borrowing from the tree's pool
@@ -180,8 +186,35 @@ class QuotaLedger:
                         f"{_amount(res, need)} more needed and queue {queue} is at its min "
                         f"({_amount(res, node.emin.get(res, 0))})"
                     ),
+                    cause=(
+                        f"queue {queue} is at its min {res} and {node.root} has no unused "
+                        "guaranteed quota to lend"
+                    ),
                 )
         return Verdict(True, borrowing=borrowing)
+
+    def beyond_limits(self, queue: str, demand: Mapping[str, int]) -> str:
+        """Why ``demand`` could never be admitted into ``queue``, even with the whole tree idle
+        ("" if it could): it is above a max on its path, or above its tree's whole pool."""
+        node = self.tree.nodes.get(queue)
+        if node is None:
+            return ""
+        for name in reversed(node.path):
+            for res, limit in self.tree.nodes[name].spec.ceiling.items():
+                need = demand.get(res, 0)
+                if need > limit:
+                    return (
+                        f"it needs {_amount(res, need)} {res}, above queue {name}'s max of "
+                        f"{_amount(res, limit)}"
+                    )
+        for res, total in self.tree.pools.get(node.root, {}).items():
+            need = demand.get(res, 0)
+            if need > total:
+                return (
+                    f"it needs {_amount(res, need)} {res}, more than all the guaranteed quota of "
+                    f"{node.root} ({_amount(res, total)})"
+                )
+        return ""
 
     def _unused_guarantees(self, under: str, res: str, queue: str, need: int) -> int:
         """Guaranteed ``res`` not yet used by the leaf queues below ``under``, as it would be

@@ -15,14 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kubequeue.labels import QUEUE_LABEL
 from kubequeue.quantity import format_milli
 from kubequeue.queueing.spec import BEST_EFFORT_FIFO, STRICT_FIFO, QueueSpec
 from kubequeue.resources import Resources
 
-__all__ = ["DEFAULT_QUEUE", "QUEUE_LABEL", "Assignment", "QueueNode", "QueueTree"]
+__all__ = ["DEFAULT_QUEUE", "Assignment", "QueueNode", "QueueTree"]
 
-# The label a job names its queue with (takes precedence over namespace selectors).
-QUEUE_LABEL = "kube-queue.io/queue-name"
 # Where jobs go that name no queue and match no selector: a Queue of this name if one exists,
 # else an implicit queue without limits (kube-queue's behaviour before queues existed).
 DEFAULT_QUEUE = "default"
