@@ -1,4 +1,5 @@
-"""``kube-queue run | queue | version``."""
+"""``kube-queue run | status | queues | queue | version``, and the kubectl plugin
+``kubectl-queue status | queues`` (the same tables, reaching the leader through the kubeconfig)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import argparse
 import contextlib
 import json
 import sys
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
-from kubequeue import __version__
+from kubequeue import __version__, tables
 from kubequeue.kinds.registry import DEFAULT_KINDS, KINDS
 from kubequeue.settings import Settings
 
@@ -104,14 +107,65 @@ def _parser() -> argparse.ArgumentParser:
         "server's copy (0: only after 410 Gone)",
     )
 
-    queue = sub.add_parser("queue", help="show the queue of a running controller")
+    queue = sub.add_parser("queue", help="show the queue of a running controller (flat list)")
     queue.add_argument(
         "--url", default="http://127.0.0.1:8080", help="the controller's metrics address"
     )
     queue.add_argument("--json", action="store_true")
+    _view_commands(sub, url=True)
 
     sub.add_parser("version", help="print the version")
     return p
+
+
+def _view_commands(sub: Any, url: bool) -> None:
+    """``status`` and ``queues``, for kube-queue (--url) and for the kubectl plugin."""
+    status = sub.add_parser("status", help="every waiting job: its place in its queue and why")
+    status.add_argument("--queue", help="only this queue")
+    status.add_argument("-n", "--namespace", help="only jobs in this namespace")
+    status.add_argument("-o", "--output", choices=["wide", "json"], help="wide or json")
+    status.add_argument("--limit", type=int, default=1000)
+    queues = sub.add_parser("queues", help="every Queue: min / max / used / borrowed")
+    queues.add_argument("-o", "--output", choices=["wide", "json"], help="wide or json")
+    for parser in (status, queues):
+        if url:
+            parser.add_argument(
+                "--url", default="http://127.0.0.1:8080", help="the controller's metrics address"
+            )
+
+
+def _view_query(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:
+    if args.command == "queues":
+        return "/debug/queues", []
+    query = [("limit", str(args.limit))]
+    if args.queue:
+        query.append(("queue", args.queue))
+    if args.namespace:
+        query.append(("namespace", args.namespace))
+    return "/debug/status", query
+
+
+def _print_view(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    if args.output == "json":
+        print(json.dumps(data, indent=2))
+        return 0
+    wide = args.output == "wide"
+    if args.command == "queues":
+        print(tables.queue_table(data["queues"], wide=wide))
+    else:
+        print(tables.job_table(data["jobs"], wide=wide))
+    if not data.get("leader", True):
+        print("(this replica is not the leader: reasons may be missing)", file=sys.stderr)
+    return 0
+
+
+def _get_json(url: str, path: str, query: list[tuple[str, str]]) -> dict[str, Any]:
+    full = f"{url.rstrip('/')}{path}"
+    if query:
+        full += "?" + urllib.parse.urlencode(query)
+    with urllib.request.urlopen(full, timeout=10) as resp:
+        data: dict[str, Any] = json.load(resp)
+    return data
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -166,6 +220,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "queue":
         return _show_queue(args.url, args.json)
+    if args.command in ("status", "queues"):
+        path, query = _view_query(args)
+        try:
+            data = _get_json(args.url, path, query)
+        except OSError as exc:
+            print(f"error: cannot reach kube-queue at {args.url}: {exc}", file=sys.stderr)
+            return 1
+        return _print_view(args, data)
     settings = _settings(args)
     from kubequeue import controller
     from kubequeue.observability.logging import configure
@@ -174,6 +236,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(controller.run, settings)
     return 0
+
+
+def _plugin_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kubectl queue",
+        description="kube-queue's views through your kubeconfig: finds the leading replica from "
+        "its Lease and asks it through the API server's pod proxy (needs get on the Lease and "
+        "pods/proxy in the controller's namespace).",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument(
+        "--controller-namespace",
+        default="kube-queue-system",
+        help="namespace kube-queue runs in (default: kube-queue-system)",
+    )
+    p.add_argument("--lease-name", default="kube-queue")
+    p.add_argument("--port", type=int, default=8080, help="the controller's metrics port")
+    _view_commands(p.add_subparsers(dest="command", required=True), url=False)
+    return p
+
+
+async def _from_leader(args: argparse.Namespace) -> dict[str, Any]:
+    from kubequeue.kube.client import connect
+    from kubequeue.kube.leader_proxy import get_from_leader
+
+    path, query = _view_query(args)
+    async with connect(args.kubeconfig, args.context) as client:
+        data: dict[str, Any] = await get_from_leader(
+            client, args.controller_namespace, args.lease_name, args.port, path, query
+        )
+    return data
+
+
+def plugin_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl-queue``: installed beside ``kube-queue``, kubectl finds it as ``kubectl queue``."""
+    from kubequeue.kube.client import ApiError
+    from kubequeue.kube.leader_proxy import LeaderNotFound
+
+    args = _plugin_parser().parse_args(argv)
+    try:
+        data = anyio.run(_from_leader, args)
+    except (LeaderNotFound, ApiError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return _print_view(args, data)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,18 @@ from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.identity import PodOwner
 from kubequeue.kinds.protocol import HasPodAliases, JobAdapter
-from kubequeue.objects import Node, Pod
+from kubequeue.objects import Namespace, Node, Pod
+from kubequeue.queueing.spec import QueueSpec, parse_queue
 
-__all__ = ["JobHandler", "NodeHandler", "PodHandler", "PriorityClassHandler", "pod_owner_finder"]
+__all__ = [
+    "JobHandler",
+    "NamespaceHandler",
+    "NodeHandler",
+    "PodHandler",
+    "PriorityClassHandler",
+    "QueueHandler",
+    "pod_owner_finder",
+]
 
 
 class NodeHandler:
@@ -128,3 +137,54 @@ class PriorityClassHandler:
         if self._listed:
             default = max(self.defaults.values()) if self.defaults else 0
             self.tracker.set_priority_classes(self.values, default)
+
+
+class NamespaceHandler:
+    """Namespace labels, for Queue namespaceSelectors."""
+
+    def __init__(self, tracker: JobTracker) -> None:
+        self.tracker = tracker
+
+    def upsert(self, obj: Namespace) -> None:
+        self.tracker.set_namespace(obj.metadata.name, obj.metadata.labels)
+
+    def delete(self, key: str) -> None:
+        self.tracker.set_namespace(key, None)
+
+    def synced(self) -> None:
+        pass
+
+
+class QueueHandler:
+    """Queue objects -> the tracker's queue tree (rebuilt on every change: queues are few), and
+    each Queue's last observed object, for the status writer."""
+
+    def __init__(self, tracker: JobTracker) -> None:
+        self.tracker = tracker
+        self.specs: dict[str, QueueSpec] = {}
+        self.observed: dict[str, dict[str, Any]] = {}
+        self._listed = False
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        spec = parse_queue(obj)
+        if not spec.name:
+            return
+        self.observed[spec.name] = obj
+        if self.specs.get(spec.name) == spec:
+            return  # a status write or another change that decides nothing
+        self.specs[spec.name] = spec
+        self._push()
+
+    def delete(self, key: str) -> None:
+        name = key.rpartition("/")[2]
+        self.observed.pop(name, None)
+        if self.specs.pop(name, None) is not None:
+            self._push()
+
+    def synced(self) -> None:
+        self._listed = True
+        self._push()
+
+    def _push(self) -> None:
+        if self._listed:
+            self.tracker.set_queues(self.specs.values())

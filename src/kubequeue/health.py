@@ -1,8 +1,11 @@
-"""HTTP endpoints for the kubelet and Prometheus: /healthz, /readyz, /metrics, /debug/queue.
+"""HTTP endpoints for the kubelet, Prometheus and users: /healthz, /readyz, /metrics, and the
+queue views /debug/status (every waiting job: position in its queue, demand, why it waits),
+/debug/queues (every Queue: limits, usage, borrowing) and /debug/queue (the older flat list).
 
 /readyz turns green once every informer has listed (a standby replica is ready too: readiness
-is about serving, leadership is a separate gauge). /debug/queue answers the question users ask
-most: "where is my job in line, and why is it waiting?".
+is about serving, leadership is a separate gauge). The queue views answer the question users ask
+most, "where is my job in line, and why is it waiting?"; they show job names, demand and
+reasons, never specs. Only the leader evaluates jobs, so ask the leader (``kubectl queue`` does).
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ import anyio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.observability import metrics
+from kubequeue.status import job_rows, queue_rows
 
 __all__ = ["HealthServer", "queue_snapshot"]
 
@@ -48,12 +53,20 @@ def queue_snapshot(tracker: JobTracker, limit: int = 1000) -> dict[str, Any]:
 
 class HealthServer:
     def __init__(
-        self, host: str, port: int, tracker: JobTracker, is_ready: Callable[[], bool]
+        self,
+        host: str,
+        port: int,
+        tracker: JobTracker,
+        is_ready: Callable[[], bool],
+        cycle: AdmissionCycle | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.host = host
         self.port = port
         self.tracker = tracker
         self.is_ready = is_ready
+        self.cycle = cycle
+        self.is_leader = is_leader
 
     async def run(self) -> None:
         app = web.Application()
@@ -61,6 +74,8 @@ class HealthServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/debug/queue", self._queue)
+        app.router.add_get("/debug/status", self._status)
+        app.router.add_get("/debug/queues", self._queues)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -85,3 +100,25 @@ class HealthServer:
 
     async def _queue(self, _: web.Request) -> web.Response:
         return web.json_response(queue_snapshot(self.tracker))
+
+    async def _status(self, request: web.Request) -> web.Response:
+        try:
+            limit = max(1, min(int(request.query.get("limit", "1000")), 100_000))
+        except ValueError:
+            return web.json_response({"error": "limit must be an integer"}, status=400)
+        rows = job_rows(
+            self.tracker,
+            self.cycle,
+            queue=request.query.get("queue") or None,
+            namespace=request.query.get("namespace") or None,
+            limit=limit,
+        )
+        return web.json_response(
+            {"leader": self.is_leader(), "queued": len(self.tracker.queue), "jobs": rows}
+        )
+
+    async def _queues(self, _: web.Request) -> web.Response:
+        strict = self.cycle.strict_fifo if self.cycle is not None else False
+        return web.json_response(
+            {"leader": self.is_leader(), "queues": queue_rows(self.tracker, strict)}
+        )

@@ -18,6 +18,7 @@ import msgspec
 __all__ = [
     "Container",
     "ListMeta",
+    "Namespace",
     "Node",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
@@ -150,6 +151,12 @@ class Node(msgspec.Struct):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
     status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+
+
+class Namespace(msgspec.Struct):
+    """Only its labels matter (Queue namespaceSelectors)."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
 
 
 class WatchEvent(msgspec.Struct):
