@@ -202,3 +202,4 @@ def pytest_runtest_makereport(
 
 from e2e.controller_fixtures import controller_identity, kube_queue  # noqa: E402,F401
 from e2e.operators.fixtures import _operator_session, operators  # noqa: E402,F401
+from e2e.queues import queues  # noqa: E402,F401

@@ -62,6 +62,8 @@ async def install_identity(helm: Path, kubectl: Kubectl, work_dir: Path, *set_va
     existing = await kubectl("get", "namespace", "-o", "name")
     if f"namespace/{SYSTEM_NAMESPACE}" not in existing.split():
         await kubectl("create", "namespace", SYSTEM_NAMESPACE)
+    # The chart's CRDs (crds/, installed by helm before the templates): the Queue API.
+    await kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
     rbac = [m for m in manifests if m["kind"] in rbac_kinds]
     await kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
                                                          "items": rbac}))

@@ -22,6 +22,7 @@ def job(
     suspend: bool = True,
     priority_class: str | None = None,
     node_selector: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     requests = {"cpu": cpu, "memory": memory}
     limits = {}
@@ -39,7 +40,7 @@ def job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": labels or {}},
         "spec": {
             "suspend": suspend,
             "parallelism": pods,

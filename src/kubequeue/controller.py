@@ -1,8 +1,8 @@
 """Wires the controller together and supervises every long-lived task in one task group.
 
-    informers (Node, Pod, PriorityClass, one per job kind)
-        -> capacity cache / job tracker + queue
-            -> admission loop (leader only) -> API server
+    informers (Node, Pod, PriorityClass, Namespace, Queue, one per job kind)
+        -> capacity cache / job tracker + queues and quota
+            -> admission loop and Queue status writer (leader only) -> API server
 
 Start-up order matters for correctness after a restart: every informer lists once before the
 first admission, so admitted jobs' reservations and all running pods are known before anything
@@ -26,9 +26,11 @@ from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.handlers import (
     JobHandler,
+    NamespaceHandler,
     NodeHandler,
     PodHandler,
     PriorityClassHandler,
+    QueueHandler,
     pod_owner_finder,
 )
 from kubequeue.health import HealthServer
@@ -37,9 +39,11 @@ from kubequeue.kube.client import KubeClient, connect
 from kubequeue.kube.events import EventRecorder
 from kubequeue.kube.informer import Informer, dict_codec, struct_codec
 from kubequeue.kube.lease import LeaderElector
-from kubequeue.objects import Node, Pod
+from kubequeue.kube.queue_status import QUEUE_API, QueueStatusWriter
+from kubequeue.objects import Namespace, Node, Pod
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.settings import Settings
+from kubequeue.status import queue_rows, queue_status
 from kubequeue.webhook.server import WebhookServer
 
 __all__ = ["Controller", "run"]
@@ -71,8 +75,21 @@ class Controller:
         self.loop = AdmissionLoop(
             self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight
         )
+        self.queues = QueueHandler(self.tracker)
+        self.queue_status = QueueStatusWriter(
+            client, self._desired_queue_status, lambda: self.queues.observed, self.events
+        )
         self.ready = False
+        self.leading = not settings.leader_elect
         self.informers: list[Informer[Any]] = self._informers()
+
+    def _desired_queue_status(self) -> dict[str, dict[str, Any]]:
+        nodes = self.tracker.ledger.tree.nodes
+        return {
+            row["name"]: queue_status(row)
+            for row in queue_rows(self.tracker, self.settings.strict_fifo)
+            if row["name"] in nodes
+        }
 
     def _wake(self) -> None:
         # Called from cache/tracker on every relevant change; the loop may not exist yet.
@@ -109,6 +126,27 @@ class Controller:
                 watch_timeout=s.watch_timeout,
                 resync=s.resync_seconds,
             ),
+            # Namespaces and Queues before the job kinds: a job is put in its queue when it is
+            # first seen, so the queues and the namespace labels that choose one come first.
+            Informer(
+                c,
+                "namespaces",
+                "/api/v1/namespaces",
+                struct_codec(Namespace, lambda n: n.metadata.name),
+                NamespaceHandler(self.tracker),
+                watch_timeout=s.watch_timeout,
+            ),
+            # Optional: without the Queue CRD every job waits in one implicit queue.
+            Informer(
+                c,
+                "queues",
+                QUEUE_API,
+                dict_codec(),
+                self.queues,
+                watch_timeout=s.watch_timeout,
+                optional=True,
+                resync=s.resync_seconds,
+            ),
         ]
         for adapter in self.adapters:
             for namespace in s.namespaces or (None,):
@@ -135,7 +173,12 @@ class Controller:
         async with anyio.create_task_group() as tg:
             if s.metrics_port:
                 server = HealthServer(
-                    s.metrics_host, s.metrics_port, self.tracker, lambda: self.ready
+                    s.metrics_host,
+                    s.metrics_port,
+                    self.tracker,
+                    lambda: self.ready,
+                    self.cycle,
+                    lambda: self.leading,
                 )
                 tg.start_soon(server.run, name="health-server")
             if s.webhook_port:
@@ -165,9 +208,19 @@ class Controller:
                     renew_deadline=s.renew_deadline,
                     retry_period=s.retry_period,
                 )
-                tg.start_soon(elector.run, self.loop.run, name="leader-election")
+                tg.start_soon(elector.run, self._lead, name="leader-election")
             else:
+                tg.start_soon(self._lead, name="leading")
+
+    async def _lead(self) -> None:
+        """What only the leader does: admit, and write Queue status."""
+        self.leading = True
+        try:
+            async with anyio.create_task_group() as tg:
                 tg.start_soon(self.loop.run, name="admission-loop")
+                tg.start_soon(self.queue_status.run, name="queue-status")
+        finally:
+            self.leading = False
 
 
 async def run(settings: Settings) -> None:

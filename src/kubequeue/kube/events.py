@@ -76,7 +76,7 @@ class EventRecorder:
                     log.warning("event.write_failed", reason=pending.reason, error=str(exc))
 
     async def _write(self, p: _Pending) -> None:
-        ns = p.obj.namespace
+        ns = p.obj.namespace or "default"  # Events about cluster-scoped objects (Queues)
         key = (p.obj.uid, p.reason, p.message)
         now = _now()
         clock = anyio.current_time()
@@ -101,7 +101,7 @@ class EventRecorder:
             "involvedObject": {
                 "apiVersion": p.obj.api_version,
                 "kind": p.obj.kind,
-                "namespace": ns,
+                "namespace": p.obj.namespace,
                 "name": p.obj.name,
                 "uid": p.obj.uid,
             },

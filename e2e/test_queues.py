@@ -1,0 +1,168 @@
+"""Queues against a real API server: teams sharing GPU nodes with guaranteed and maximum quota,
+borrowing, fair sharing, per-queue StrictFIFO, unknown queues, and what users see (Events,
+``kube-queue status``, ``kubectl get queues``). The controller runs under the chart's RBAC."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from e2e.cluster.nodes import NodeSpec
+from e2e.controller_fixtures import StartController
+from e2e.jobs import events_for, get_job, is_suspended, job, suspended_states
+from e2e.queues import Queues
+from e2e.support import FakeNodes, Kubectl, wait_until
+
+pytestmark = pytest.mark.e2e
+GPU = "nvidia.com/gpu"
+
+
+async def _cli(*args: str) -> str:
+    """``kube-queue <args>`` as a user runs it; its stdout."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kubequeue", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def _admitted(kubectl: Kubectl, namespace: str, name: str) -> bool:
+    return not is_suspended(await get_job(kubectl, namespace, name))
+
+
+async def _two_teams(queues: Queues, namespace: str, kubectl: Kubectl, **team_a: object) -> None:
+    """research with team-a (selected by the namespace's label) and team-b (named by label),
+    min 8 and max 16 GPUs each."""
+    await kubectl("label", "namespace", namespace, f"team={queues.prefix}-a")
+    await queues.create("research")
+    await queues.create(
+        "team-a", parent="research", quota={"min": {GPU: 8}, "max": {GPU: 16}},
+        namespaceSelector={"matchLabels": {"team": f"{queues.prefix}-a"}}, **team_a)
+    await queues.create(
+        "team-b", parent="research", quota={"min": {GPU: 8}, "max": {GPU: 16}})
+
+
+async def test_a_team_borrows_all_gpus_then_the_other_gets_freed_ones_until_its_min(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    queues: Queues,
+) -> None:
+    await fake_nodes.create(NodeSpec("gpu-1", gpus=8), NodeSpec("gpu-2", gpus=8))
+    await _two_teams(queues, namespace, kubectl)
+    kq = await kube_queue()
+    # team-a: four 4-GPU jobs fill both nodes (8 of them borrowed from idle team-b); a0 and
+    # a1 end after a few seconds. a4 and a5 wait.
+    for i, run_for in enumerate(["8s", "12s", "600s", "600s", "600s", "600s"]):
+        await kubectl.apply(job(f"a{i}", gpus=4, run_for=run_for), "-n", namespace)
+
+    async def four_running() -> dict[str, bool] | None:
+        states = await suspended_states(kubectl, namespace)
+        return states if list(states.values()).count(False) == 4 else None
+
+    states = await wait_until("team-a runs on all 16 GPUs", four_running)
+    assert [n for n, s in sorted(states.items()) if not s] == ["a0", "a1", "a2", "a3"]
+    a3 = await get_job(kubectl, namespace, "a3")
+    assert a3["metadata"]["annotations"]["kube-queue.io/borrowing"] == "true"
+    assert a3["metadata"]["annotations"]["kube-queue.io/queue"] == queues.name("team-a")
+    # team-b submits after a4 and a5 were created; it gets the next freed GPUs, up to its min.
+    for name in ("b0", "b1"):
+        await kubectl.apply(job(name, gpus=4, labels=queues.label("team-b")), "-n", namespace)
+
+    async def team_b_running() -> dict[str, bool] | None:
+        states = await suspended_states(kubectl, namespace)
+        return states if not states["b0"] and not states["b1"] else None
+
+    states = await wait_until("team-b gets the GPUs a0 and a1 free", team_b_running, 60)
+    assert states["a4"] and states["a5"], f"team-a's earlier jobs still wait: {states}"
+    snapshot = await kq.queue()
+    assert {j["name"] for j in snapshot["jobs"]} == {"a4", "a5"}
+
+
+async def test_a_queue_at_its_max_waits_with_the_reason_while_gpus_are_free(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    queues: Queues,
+) -> None:
+    await fake_nodes.create(NodeSpec("gpu-1", gpus=8), NodeSpec("gpu-2", gpus=8))
+    await queues.create("capped", quota={"max": {GPU: 4}})
+    kq = await kube_queue()
+    label = queues.label("capped")
+    await kubectl.apply(job("first", gpus=4, run_for="10s", labels=label), "-n", namespace)
+    await wait_until("first admitted", lambda: _admitted(kubectl, namespace, "first"))
+    await kubectl.apply(job("second", gpus=2, labels=label), "-n", namespace)
+
+    async def quota_event() -> dict[str, str] | None:
+        found = [e for e in await events_for(kubectl, namespace, "second")
+                 if e["reason"] == "Queued"]
+        return found[0] if found else None
+
+    event = await wait_until("a Queued event naming the queue's max", quota_event)
+    assert event["message"] == (
+        f"waiting for quota: queue {queues.name('capped')} is at its max nvidia.com/gpu"
+    )
+    assert is_suspended(await get_job(kubectl, namespace, "second")), "12 GPUs are free"
+    # `kube-queue status` shows the job, its queue, and the reason with the numbers.
+    out = (await _cli("status", "--url", kq.url, "-n", namespace)).splitlines()
+    assert out[0].split() == ["POSITION", "QUEUE", "JOB", "PRIORITY", "DEMAND", "AGE", "WHY"]
+    [row] = out[1:]
+    assert row.split()[:5] == ["0", queues.name("capped"), f"Job/{namespace}/second", "0", "2"]
+    assert row.endswith(
+        f"queue {queues.name('capped')} at max nvidia.com/gpu (4/4, needs 2 more)"), row
+    # ... and the Queue's own status, as `kubectl get queues` prints it.
+
+    async def status_written() -> dict[str, object] | None:
+        status = (await queues.get("capped")).get("status") or {}
+        return status if status.get("pending") == 1 and status.get("admitted") == 1 else None
+
+    status = await wait_until("the Queue's status written", status_written)
+    assert status["used"] == {"cpu": "1", "memory": "1Gi", GPU: "4"}, status
+    table = await kubectl("get", "queues", queues.name("capped"))
+    header, line = table.strip().splitlines()
+    assert header.split()[:5] == ["NAME", "PARENT", "PENDING", "ADMITTED", "GPU"], header
+    assert "4/0/4" in line.split() and "True" in line.split(), line
+
+    await wait_until("second admitted once first finishes",
+                     lambda: _admitted(kubectl, namespace, "second"), 60)
+
+
+async def test_strict_fifo_blocks_only_its_queue_and_unknown_queues_wait_for_creation(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    queues: Queues,
+) -> None:
+    await fake_nodes.create(NodeSpec("gpu", gpus=8))
+    await _two_teams(queues, namespace, kubectl, strategy="StrictFIFO")
+    kq = await kube_queue()
+    await kubectl.apply(job("blocker", gpus=6, labels=queues.label("team-b")), "-n", namespace)
+    await wait_until("blocker admitted", lambda: _admitted(kubectl, namespace, "blocker"))
+    # team-a (StrictFIFO, by namespace selector): a head that does not fit holds its queue...
+    await kubectl.apply(job("a-head", gpus=4), "-n", namespace)
+    await asyncio.sleep(1.1)  # creation timestamps are whole seconds: make the order certain
+    await kubectl.apply(job("a-small", gpus=1), "-n", namespace)
+    # ... but not team-b's.
+    await kubectl.apply(job("b-small", gpus=1, labels=queues.label("team-b")), "-n", namespace)
+    # A job naming a queue that does not exist waits with a Warning.
+    await kubectl.apply(job("lost", gpus=1, labels=queues.label("team-z")), "-n", namespace)
+    await wait_until("b-small admitted", lambda: _admitted(kubectl, namespace, "b-small"))
+
+    async def unknown_queue() -> dict[str, str] | None:
+        found = [e for e in await events_for(kubectl, namespace, "lost")
+                 if e["reason"] == "UnknownQueue"]
+        return found[0] if found else None
+
+    warning = await wait_until("an UnknownQueue warning", unknown_queue)
+    assert warning["type"] == "Warning" and queues.name("team-z") in warning["message"]
+    await asyncio.sleep(2)
+    states = await suspended_states(kubectl, namespace)
+    assert states["a-head"] and states["a-small"] and states["lost"], states
+    status = json.loads(await _cli("status", "--url", kq.url, "-o", "json"))
+    why = {j["name"]: j["why"] for j in status["jobs"]}
+    assert why["a-small"] == (
+        f"behind {queues.name('team-a')}'s head {namespace}/a-head (StrictFIFO)"), why
+    assert why["lost"].startswith("UnknownQueue: queue"), why
+    # The queue appears: the job moves on by itself.
+    await queues.create("team-z")
+    await wait_until("lost admitted once its queue exists",
+                     lambda: _admitted(kubectl, namespace, "lost"))
