@@ -188,9 +188,10 @@ class _Shortcuts:
 
     A node's free capacity only grows through an event the cache logs
     (``CapacityCache.freed_since``), and with less capacity a job that did not fit still does not
-    (for one pod set the fit is exact, so this is a theorem; for several it is the assumption the
-    cycle's ``failed_at`` skip has always made). Hence, per demand shape (pod requests and
-    constraints, numbered by ``_shape``):
+    (for one pod set the fit is exact, so this is a theorem; for several it is one whenever the
+    search behind the greedy pass settles the answer, and otherwise the assumption the cycle's
+    ``failed_at`` skip has always made). Hence, per demand shape (pod requests and constraints,
+    numbered by ``_shape``):
 
     1. Room. When a one-pod-set fit fails it has tried every node, so it knows how many pods of
        that shape fit at most: the room for that shape at that freed generation g. After nodes F
