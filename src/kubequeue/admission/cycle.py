@@ -18,6 +18,7 @@ The cycle is synchronous and never awaits: informer updates cannot interleave wi
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -181,6 +182,7 @@ class AdmissionCycle:
 _FREED_CHECK_MAX = 256
 # Freed generations whose room figures are kept (jobs that failed longer ago just run the fit).
 _ROOM_GENERATIONS = 64
+_NO_LIMIT = sys.maxsize
 
 
 class _Shortcuts:
@@ -292,7 +294,9 @@ class _Shortcuts:
             if name in feasible:
                 state = nodes.get(name)
                 if state is not None:
-                    room += resources.max_copies(ps.request, state.free, ps.count)
+                    # Every copy, not at most this job's count: the room is kept for the shape,
+                    # and a bigger job of it may come next.
+                    room += resources.max_copies(ps.request, state.free, _NO_LIMIT)
         self._now[shape] = room
         return room
 
