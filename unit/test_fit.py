@@ -419,8 +419,9 @@ def test_search_budget_covers_the_exact_bounds() -> None:
     """Why the search never runs out of steps within MAX_NODES, MAX_SETS and MAX_COUNT.
 
     Pod sets of one shape are merged and the shape with the most pods goes last, where it costs
-    no steps; so at most MAX_SETS - 1 levels split at most MAX_COUNT pods over at most
-    MAX_NODES nodes. A level costs at most one step per node (sorting it into a class, or
+    no steps; so at most MAX_SETS - 1 levels split at most MAX_COUNT pods (a merged shape has
+    more, but then there are at most two shapes and the other, unmerged one is split) over at
+    most MAX_NODES nodes. A level costs at most one step per node (sorting it into a class, or
     charging it as private), plus one per value tried at a node (counted below with no pruning,
     so an upper bound), plus one probe per later shape for each value above zero. The first
     level is entered once, each deeper one once per split of the level above."""

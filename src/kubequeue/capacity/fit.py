@@ -323,11 +323,45 @@ class _Shape:
     room: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Searched:
+    cache: CapacityCache
+    version: int
+    nodes_generation: int
+    pod_sets: list[PodSet]
+    found: list[Assignment] | None
+    settled: bool
+
+
+# The last search's answer per view (key: empty_cluster). The cycle runs place() and, for a job
+# that does not fit, explain() right after on the same capacity, which would repeat the same
+# search; any change to free capacity or to nodes moves cache.version or cache.nodes_generation.
+_last: dict[bool, _Searched] = {}
+
+
 def _search(
     pod_sets: Sequence[PodSet], cache: CapacityCache, *, empty_cluster: bool
 ) -> tuple[list[Assignment] | None, bool]:
     """A placement of every pod by search, and whether the answer is certain (True: found, or
     proven impossible; False: out of steps). Called only after the greedy pass failed."""
+    sets = list(pod_sets)
+    last = _last.get(empty_cluster)
+    if not (
+        last is not None
+        and last.cache is cache
+        and last.version == cache.version
+        and last.nodes_generation == cache.nodes_generation
+        and last.pod_sets == sets
+    ):
+        found, settled = _search_now(sets, cache, empty_cluster)
+        last = _Searched(cache, cache.version, cache.nodes_generation, sets, found, settled)
+        _last[empty_cluster] = last
+    return (None if last.found is None else list(last.found)), last.settled
+
+
+def _search_now(
+    pod_sets: Sequence[PodSet], cache: CapacityCache, empty_cluster: bool
+) -> tuple[list[Assignment] | None, bool]:
     by_key: dict[tuple[object, ...], _Shape] = {}
     for ps in pod_sets:
         if ps.count > 0:
