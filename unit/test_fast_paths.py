@@ -376,6 +376,18 @@ def test_room_tracks_freed_capacity_pod_by_pod() -> None:
     assert [a.job.key[2] for a in cycle.run().admitted] == ["j000"]
 
 
+def test_room_after_a_small_job_does_not_hold_back_a_bigger_one_of_its_shape() -> None:
+    """The room computed for a 1-pod job counts every copy a freed node holds, not just one: a
+    2-pod job of the same shape behind it is tried (and fits) in the same cycle. (Found by
+    test_cycle_shortcuts_never_change_what_a_cycle_decides.)"""
+    tracker, cycle = world([b.node("n0", cpu="1", pods="3")], [(0, 0, 751)], plain=False)
+    tracker.observe(JOB, job_obj(0, 1, (0, 250, None, False)))
+    tracker.observe(JOB, job_obj(1, 2, (0, 250, None, False)))
+    assert cycle.run().admitted == []  # 249m free: neither fits
+    tracker.cache.delete_pod("u0")
+    assert [a.job.key[2] for a in cycle.run().admitted] == ["j000", "j001"]
+
+
 @settings(max_examples=300, deadline=None)
 @given(ops=st.lists(cache_op_st, max_size=60))
 def test_lazy_index_gives_candidates_in_the_order_an_eager_index_would(ops) -> None:

@@ -19,6 +19,7 @@ The cycle is synchronous and never awaits: informer updates cannot interleave wi
 from __future__ import annotations
 
 import heapq
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -293,6 +294,7 @@ class _Walk:
 _FREED_CHECK_MAX = 256
 # Freed generations whose room figures are kept (jobs that failed longer ago just run the fit).
 _ROOM_GENERATIONS = 64
+_NO_LIMIT = sys.maxsize
 
 
 class _Shortcuts:
@@ -300,9 +302,10 @@ class _Shortcuts:
 
     A node's free capacity only grows through an event the cache logs
     (``CapacityCache.freed_since``), and with less capacity a job that did not fit still does not
-    (for one pod set the fit is exact, so this is a theorem; for several it is the assumption the
-    cycle's ``failed_at`` skip has always made). Hence, per demand shape (pod requests and
-    constraints, numbered by ``_shape``):
+    (for one pod set the fit is exact, so this is a theorem; for several it is one whenever the
+    search behind the greedy pass settles the answer, and otherwise the assumption the cycle's
+    ``failed_at`` skip has always made). Hence, per demand shape (pod requests and constraints,
+    numbered by ``_shape``):
 
     1. Room. When a one-pod-set fit fails it has tried every node, so it knows how many pods of
        that shape fit at most: the room for that shape at that freed generation g. After nodes F
@@ -403,7 +406,9 @@ class _Shortcuts:
             if name in feasible:
                 state = nodes.get(name)
                 if state is not None:
-                    room += resources.max_copies(ps.request, state.free, ps.count)
+                    # Every copy, not at most this job's count: the room is kept for the shape,
+                    # and a bigger job of it may come next.
+                    room += resources.max_copies(ps.request, state.free, _NO_LIMIT)
         self._now[shape] = room
         return room
 
