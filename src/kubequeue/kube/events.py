@@ -19,7 +19,7 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from kubequeue.kube.client import ApiError, KubeClient
+from kubequeue.kube.client import ApiError, KubeClient, KubeError
 from kubequeue.observability import metrics
 
 __all__ = ["EventRecorder", "InvolvedObject"]
@@ -71,7 +71,7 @@ class EventRecorder:
             async for pending in self._recv:
                 try:
                     await self._write(pending)
-                except (ApiError, OSError, TimeoutError) as exc:
+                except KubeError as exc:
                     metrics.EVENTS_DROPPED.inc()
                     log.warning("event.write_failed", reason=pending.reason, error=str(exc))
 

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import structlog
 
-from kubequeue.kube.client import ApiError, KubeClient
+from kubequeue.kube.client import ApiError, KubeClient, KubeError
 from kubequeue.observability import metrics
 
 __all__ = ["LeaderElector"]
@@ -89,7 +89,7 @@ class LeaderElector:
                     self.leading = True
                     metrics.IS_LEADER.set(1)
                     return
-            except (ApiError, OSError, TimeoutError) as exc:
+            except KubeError as exc:
                 log.warning("leader.acquire_failed", error=str(exc))
             await anyio.sleep(self.retry_period)
 
@@ -102,7 +102,7 @@ class LeaderElector:
             with anyio.move_on_after(max(0.0, remaining)):
                 try:
                     ok = await self._try_acquire_or_renew()
-                except (ApiError, OSError, TimeoutError) as exc:
+                except KubeError as exc:
                     log.warning("leader.renew_failed", error=str(exc))
             if ok:
                 last_ok = anyio.current_time()
@@ -178,5 +178,5 @@ class LeaderElector:
                 lease["spec"]["leaseDurationSeconds"] = 1
                 await self.client.replace(self._path, lease)
                 log.info("leader.released", lease=f"{self.namespace}/{self.name}")
-            except (ApiError, OSError, TimeoutError) as exc:
+            except KubeError as exc:
                 log.warning("leader.release_failed", error=str(exc))
