@@ -9,12 +9,15 @@ from typing import Any
 
 import aiohttp
 import anyio
+import anyio.abc
 import pytest
 from aiohttp import web
+from kubernetes_asyncio import client as k8s_client
 
-from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
+from kubequeue.kube.client import ApiError, KubeClient, KubeError, PoolLimits, TransportError
 from kubequeue.kube.informer import Informer, dict_codec
-from unit.apiserver import FakeApi, client_for, raw_server, read_request, serve
+from unit.apiserver import FakeApi, client_for, configuration, raw_server, read_request, serve
+from unit.clock import wait_until
 
 PATH = "/apis/batch/v1/namespaces/default/jobs/j"
 PATCH = {"metadata": {"resourceVersion": "1"}, "spec": {"suspend": False}}
@@ -145,3 +148,56 @@ async def test_the_informer_retries_a_transport_error_instead_of_ending() -> Non
                 tg.cancel_scope.cancel()
     assert synced == [True]
     assert calls >= 2
+
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/kq/leases/kube-queue"
+WATCHES = 70  # ~ 3 + kinds x namespaces on a big installation
+
+
+async def _hold_watches(client: KubeClient, count: int, tg: anyio.abc.TaskGroup) -> None:
+    async def watch(i: int) -> None:
+        timeout = aiohttp.ClientTimeout(total=60, sock_read=60)
+        async with client.stream(f"/api/v1/namespaces/ns{i}/pods", [("watch", "1")], timeout) as r:
+            await r.content.read()
+
+    for i in range(count):
+        tg.start_soon(watch, i)
+
+
+async def test_lease_renewals_and_writes_never_wait_behind_watches() -> None:
+    api = FakeApi()
+    api.put(LEASE, {"metadata": {"name": "kube-queue"}, "spec": {}})
+    job = api.put(PATH, {"metadata": {"name": "j"}, "spec": {"suspend": True}})
+    limits = PoolLimits(watches=WATCHES + 8, requests=32, lease=2)
+    async with (
+        serve(api.app) as url,
+        client_for(url, limits) as client,
+        anyio.create_task_group() as tg,
+    ):
+        await _hold_watches(client, WATCHES, tg)
+        await wait_until(lambda: api.open_watches == WATCHES)
+        with anyio.fail_after(2):
+            lease = await client.lease.get(LEASE)
+            await client.lease.replace(LEASE, lease)
+            rv = job["metadata"]["resourceVersion"]
+            patch = {"metadata": {"resourceVersion": rv}, "spec": {"suspend": False}}
+            await client.merge_patch(PATH, patch)
+        tg.cancel_scope.cancel()
+    assert api.objects[PATH]["spec"]["suspend"] is False
+
+
+async def test_one_shared_pool_starves_the_lease_behind_watches() -> None:
+    """The layout before the pools were split, as a control: the test above is not vacuous."""
+    api = FakeApi()
+    api.put(LEASE, {"metadata": {"name": "kube-queue"}, "spec": {}})
+    async with serve(api.app) as url:
+        cfg = configuration(url)
+        cfg.connection_pool_maxsize = 64
+        async with k8s_client.ApiClient(cfg) as shared, anyio.create_task_group() as tg:
+            client = KubeClient(shared)
+            await _hold_watches(client, WATCHES, tg)
+            await wait_until(lambda: api.open_watches == 64)
+            with anyio.move_on_after(0.5) as waited:
+                await client.lease.get(LEASE)
+            assert waited.cancelled_caught, "the renewal should have queued behind watches"
+            tg.cancel_scope.cancel()

@@ -33,7 +33,7 @@ from kubequeue.handlers import (
 )
 from kubequeue.health import HealthServer
 from kubequeue.kinds.registry import adapters_for
-from kubequeue.kube.client import KubeClient, connect
+from kubequeue.kube.client import KubeClient, PoolLimits, connect
 from kubequeue.kube.events import EventRecorder
 from kubequeue.kube.informer import Informer, dict_codec, struct_codec
 from kubequeue.kube.lease import LeaderElector
@@ -49,6 +49,25 @@ log = structlog.get_logger(__name__)
 # Only pods that hold capacity: bound to a node and not finished. Pods leaving this set arrive
 # as DELETED, which is exactly when their capacity is freed.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Spare watch connections: a watch that ends is replaced at once, before its old connection may
+# have been closed.
+WATCH_HEADROOM = 8
+
+
+def watch_count(settings: Settings) -> int:
+    """Informers Controller runs, each holding one watch: nodes, pods, priority classes, and one
+    per job kind and namespace (one per kind when all namespaces are watched)."""
+    return 3 + len(set(settings.kinds)) * max(1, len(settings.namespaces))
+
+
+def pool_limits(settings: Settings) -> PoolLimits:
+    """Watches get a connection each; requests room for every admission write in flight plus
+    relists, follow-ups and Events; the Lease its own two, so a renewal never waits."""
+    return PoolLimits(
+        watches=watch_count(settings) + WATCH_HEADROOM,
+        requests=max(32, settings.max_inflight + 16),
+        lease=2,
+    )
 
 
 class Controller:
@@ -155,7 +174,7 @@ class Controller:
             )
             if s.leader_elect:
                 elector = LeaderElector(
-                    self.client,
+                    self.client.lease,
                     s.lease_namespace,
                     s.lease_name,
                     s.identity,
@@ -169,7 +188,14 @@ class Controller:
 
 
 async def run(settings: Settings) -> None:
-    async with connect(settings.kubeconfig, settings.context) as client:
+    limits = pool_limits(settings)
+    log.info(
+        "controller.connection_pools",
+        watches=limits.watches,
+        requests=limits.requests,
+        lease=limits.lease,
+    )
+    async with connect(settings.kubeconfig, settings.context, limits) as client:
         controller = Controller(settings, client)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signal, tg.cancel_scope)
