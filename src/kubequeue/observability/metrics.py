@@ -22,6 +22,7 @@ __all__ = [
     "REGISTRY",
     "RELISTS",
     "RESERVED_JOBS",
+    "TRANSPORT_ERRORS",
     "WATCH_EVENTS",
     "WATCH_RESTARTS",
 ]
@@ -97,5 +98,13 @@ EVENTS_DROPPED = Counter(
 IS_LEADER = Gauge(
     "kube_queue_leader",
     "1 while this replica holds the leader Lease and admits.",
+    registry=REGISTRY,
+)
+TRANSPORT_ERRORS = Counter(
+    "kube_queue_transport_errors_total",
+    "Requests to the API server that got no complete answer (connection refused, reset or "
+    "dropped, timeout), by operation. Each is retried or, for Events, dropped; none ends the "
+    "process. Watches count theirs in kube_queue_watch_restarts_total.",
+    ["operation"],
     registry=REGISTRY,
 )
