@@ -4,6 +4,10 @@ Each failure mode is one way a request can end:
 
 - ``refuse``:  TransportError before the server saw it (maybe_applied is false);
 - ``drop``:    the server applies the request, then the answer is lost (TransportError);
+- ``cut``:     the connection breaks before the server applied it, but the client cannot know
+               that (TransportError, maybe_applied);
+- ``timeout``: the server answers 504 Timeout without having applied it (ApiError,
+               maybe_applied);
 - ``hang``:    no answer until the caller gives up (cancels);
 - ``reject``:  the server answers 500 (ApiError).
 """
@@ -64,6 +68,7 @@ class FakeClient:
         self.fail: dict[str, list[str]] = {}
         self.broken: str | None = None
         self.calls: list[tuple[str, str]] = []
+        self.applied: list[tuple[str, str]] = []
         self.on_call: Callable[[str, str], None] | None = None
         self.lease = self
 
@@ -76,11 +81,16 @@ class FakeClient:
         mode = queued.pop(0) if queued else self.broken
         if mode == "refuse":
             raise transport_error(method, path, applied=False)
+        if mode == "cut":
+            raise transport_error(method, path, applied=True)
+        if mode == "timeout":
+            raise ApiError(504, "Timeout", "request did not complete within 60s", path)
         if mode == "hang":
             await anyio.sleep_forever()
         if mode == "reject":
             raise ApiError(500, "InternalError", "etcd is having a bad day", path)
         result = apply()
+        self.applied.append((method, path))
         if mode == "drop":
             raise transport_error(method, path, applied=True)
         return result

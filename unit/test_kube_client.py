@@ -201,3 +201,20 @@ async def test_one_shared_pool_starves_the_lease_behind_watches() -> None:
                 await client.lease.get(LEASE)
             assert waited.cancelled_caught, "the renewal should have queued behind watches"
             tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "maybe_applied"),
+    [
+        (504, "Timeout", True),  # "request did not complete within the allowed duration"
+        (500, "ServerTimeout", True),
+        (504, "", True),  # a gateway in front of the API server gave up waiting
+        (500, "InternalError", False),
+        (409, "Conflict", False),
+        (422, "Invalid", False),
+    ],
+)
+def test_only_a_timeout_answer_leaves_a_write_in_doubt(
+    status: int, reason: str, maybe_applied: bool
+) -> None:
+    assert ApiError(status, reason, "", PATH).maybe_applied is maybe_applied

@@ -8,12 +8,15 @@ CPU on the watch hot path and hide the HTTP status (36.x does not raise for raw 
 Every failure leaves as one of two ``KubeError``s, so a caller catches one thing and still knows
 what it may conclude:
 
-- ``ApiError``: the server answered, with a non-2xx status. It decided; nothing was applied.
+- ``ApiError``: the server answered, with a non-2xx status. It decided, and nothing was
+  applied - except when the answer is itself "I ran out of time" (504, or the Status reasons
+  Timeout and ServerTimeout), after which the write may still complete.
 - ``TransportError``: no (complete) answer - refused, reset or dropped connection, timeout,
-  truncated body. Always worth retrying, and the outcome of a write is *unknown* unless
-  ``maybe_applied`` is false (the connection was never established, so the server never saw it).
-  A write that may have been applied must be settled by reading the object again, never assumed
-  to have failed.
+  truncated body. Always worth retrying, and the outcome of a write is unknown unless the
+  connection was never established (then the server never saw it).
+
+``KubeError.maybe_applied`` says which: a write that may have been applied must be settled by
+observing the object again, never assumed to have failed.
 
 Three connection pools, one per class of traffic, so none can starve another: watch streams
 (each holds a connection for minutes), ordinary requests (lists, writes, Events) and the leader
@@ -60,6 +63,8 @@ class KubeError(Exception):
     """A request to the API server did not succeed (see the module docstring for the two kinds)."""
 
     path: str
+    maybe_applied: bool
+    """A write may have taken effect although it did not succeed."""
 
 
 class ApiError(KubeError):
@@ -71,6 +76,7 @@ class ApiError(KubeError):
         self.reason = reason
         self.message = message
         self.path = path
+        self.maybe_applied = status == 504 or reason in ("Timeout", "ServerTimeout")
 
     @property
     def conflict(self) -> bool:
