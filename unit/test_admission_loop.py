@@ -362,6 +362,57 @@ async def test_a_refusal_is_undone_and_the_job_waits_again(
     assert not w.tracker.unknown
 
 
+# ----------------------------------------------------------------- follow-ups
+
+
+def follow_up(w: World, name: str) -> tuple[str, dict[str, Any]]:
+    obj = w.client.store.put(f"{JOBS}/{name}", b.job(name, {"cpu": "1"}, suspend=False))
+    entry = (obj["metadata"]["resourceVersion"], {"status": {"resumed": "yes"}})
+    w.tracker.follow_ups[key(name)] = entry
+    return entry
+
+
+def followed_up(w: World, name: str) -> bool:
+    return w.client.store.objects[f"{JOBS}/{name}"].get("status", {}).get("resumed") == "yes"
+
+
+@pytest.mark.parametrize("mode", ["refuse", "cut", "timeout", "reject"])
+async def test_a_failed_follow_up_is_tried_again(mode: str) -> None:
+    w = World()
+    w.client.fail["PATCH"] = [mode, mode]
+    async with running(w):
+        follow_up(w, "wf")
+        w.loop.wake()
+        await wait_until(lambda: followed_up(w, "wf"))
+        await wait_until(lambda: not w.loop._following)
+    assert w.patches("wf") == 3
+    assert key("wf") not in w.tracker.follow_ups
+
+
+async def test_a_follow_up_whose_answer_was_lost_is_not_applied_twice() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["drop"]
+    async with running(w):
+        follow_up(w, "wf")
+        w.loop.wake()
+        await wait_until(lambda: w.patches("wf") == 2)
+        await wait_until(lambda: not w.loop._following)
+    assert w.admitted_writes("wf") == 1  # the repeat met the precondition and got 409
+    assert key("wf") not in w.tracker.follow_ups
+
+
+async def test_a_follow_up_cut_off_by_leadership_loss_is_kept_for_the_next_term() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["hang"]
+    async with running(w):
+        entry = follow_up(w, "wf")
+        w.loop.wake()
+        await wait_until(lambda: w.patches("wf") == 1)
+    assert w.tracker.follow_ups[key("wf")] == entry
+    async with running(w):
+        await wait_until(lambda: followed_up(w, "wf"))
+
+
 # ----------------------------------------------------------------- the tracker's rule, alone
 
 

@@ -23,7 +23,8 @@ write depends on what is known about it:
   backoff, the hold kept meanwhile. Unknown outcomes left by a previous term as leader are
   resumed when the loop starts.
 
-No transport failure of an admission write ends the loop; each is logged, counted and retried.
+No transport failure ends the loop; each is logged, counted and retried. The same holds for the
+follow-up writes, whose patch is kept for another attempt until the server has answered it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class AdmissionLoop:
         self._wakeup = anyio.Event()
         self._gauges_at = 0.0
         self._following: set[JobKey] = set()
+        self._follow_up_failures: dict[JobKey, int] = {}
         # Admissions whose outcome is unknown, kept across terms as leader so a new term can
         # resume settling them (the tracker keeps their holds meanwhile).
         self._unknown: dict[JobKey, Admission] = {}
@@ -340,23 +342,53 @@ class AdmissionLoop:
 
     async def _follow_up(self, key: JobKey, limiter: anyio.CapacityLimiter) -> None:
         """One post-admission write (e.g. resume Argo's kube-queue-suspend step), guarded by the
-        resourceVersion it was judged on; a conflict just waits for the next observation."""
+        resourceVersion it was judged on; a conflict just waits for the next observation. Until
+        the server has answered, the patch is kept and tried again (after a backoff): repeating
+        it is safe, since once one copy applies the precondition fails the rest."""
+        entry = None
+        answered = False
         try:
             entry = self.tracker.follow_ups.pop(key, None)
             if entry is None:
+                answered = True
                 return
             rv, patch = entry
             kind, namespace, name = key
             info = self.tracker.adapters[kind].info
             body = {**patch, "metadata": {"resourceVersion": rv}}
-            async with limiter:
-                await self.client.merge_patch(info.object_path(namespace, name), body)
+            try:
+                async with limiter:
+                    await self.client.merge_patch(info.object_path(namespace, name), body)
+            except ApiError as exc:
+                if exc.conflict or exc.not_found or not _transient(exc):
+                    answered = True
+                    if not (exc.conflict or exc.not_found):
+                        log.warning("job.follow_up_failed", job="/".join(key), error=str(exc))
+                    return
+                await self._follow_up_failed(key, exc)
+                return
+            except TransportError as exc:
+                metrics.TRANSPORT_ERRORS.labels("follow_up").inc()
+                await self._follow_up_failed(key, exc)
+                return
+            answered = True
             log.info("job.followed_up", job=f"{namespace}/{name}", kind=kind, patch=patch)
-        except ApiError as exc:
-            if not (exc.conflict or exc.not_found):
-                log.warning("job.follow_up_failed", job="/".join(key), error=str(exc))
         finally:
+            if answered:
+                self._follow_up_failures.pop(key, None)
+            elif entry is not None:
+                # Not answered (failed, or cancelled mid-write): keep it for another attempt,
+                # unless a newer observation has replaced it meanwhile.
+                self.tracker.follow_ups.setdefault(key, entry)
             self._following.discard(key)
+            if not answered:
+                self.wake()
+
+    async def _follow_up_failed(self, key: JobKey, exc: KubeError) -> None:
+        failures = self._follow_up_failures.get(key, 0) + 1
+        self._follow_up_failures[key] = failures
+        log.warning("job.follow_up_retry", job="/".join(key), error=str(exc), attempt=failures)
+        await self._backoff(failures)
 
     def _publish(self, notice: Notice) -> None:
         kind, namespace, name = notice.key
@@ -393,6 +425,11 @@ class AdmissionLoop:
                     counts[(adapter.info.kind, state)]
                 )
         metrics.RESERVED_JOBS.set(len(self.tracker.reservations))
+
+
+def _transient(exc: ApiError) -> bool:
+    """Server-side trouble worth another try (overload, unavailable, timed out)."""
+    return exc.status in (429, 500, 502, 503, 504) or exc.maybe_applied
 
 
 def _placement_text(admission: Admission) -> str:
