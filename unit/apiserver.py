@@ -95,6 +95,9 @@ class FakeApi:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.authorization: set[str | None] = set()
+        # Methods whose next request has its connection closed before anything is done.
+        self.drop: list[str] = []
         self.open_watches = 0
         self._rv = itertools.count(100)
         self.app = web.Application()
@@ -108,13 +111,18 @@ class FakeApi:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path
         self.requests.append((request.method, path))
+        self.authorization.add(request.headers.get("Authorization"))
+        if request.method in self.drop and request.transport is not None:
+            self.drop.remove(request.method)
+            request.transport.close()
+            return web.Response(status=500)  # never sent: the connection is gone
         if request.method == "GET" and request.query.get("watch"):
             return await self._watch(request)
         if request.method == "GET":
             if path in self.objects:
                 return web.json_response(self.objects[path])
             if _is_collection(path):
-                items = [o for p, o in self.objects.items() if p.rpartition("/")[0] == path]
+                items = [o for p, o in self.objects.items() if path in _collections_of(p)]
                 selector = request.query.get("fieldSelector", "")
                 if selector.startswith("metadata.name="):
                     wanted = selector.partition("=")[2]
@@ -157,6 +165,13 @@ def _is_collection(path: str) -> bool:
     if len(rest) >= 3 and rest[0] == "namespaces":
         rest = rest[2:]
     return len(rest) == 1
+
+
+def _collections_of(path: str) -> tuple[str, str]:
+    """The namespaced and the all-namespaces collection an object path belongs to."""
+    parent = path.rpartition("/")[0]
+    head, sep, tail = parent.partition("/namespaces/")
+    return parent, (f"{head}/{tail.partition('/')[2]}" if sep else parent)
 
 
 def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
