@@ -14,8 +14,11 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
+from kubequeue.kinds.job import JobKind
+from kubequeue.kube import writer
 from kubequeue.kube.client import ApiError, KubeClient, KubeError, PoolLimits, TransportError
 from kubequeue.kube.informer import Informer, dict_codec
+from kubequeue.labels import ADMITTED_AT
 from unit.apiserver import FakeApi, client_for, configuration, raw_server, read_request, serve
 from unit.clock import wait_until
 
@@ -218,3 +221,25 @@ def test_only_a_timeout_answer_leaves_a_write_in_doubt(
     status: int, reason: str, maybe_applied: bool
 ) -> None:
     assert ApiError(status, reason, "", PATH).maybe_applied is maybe_applied
+
+
+async def test_the_writer_patches_with_a_precondition_and_reads_with_list_only() -> None:
+    api = FakeApi()
+    job = api.put(PATH, {"metadata": {"name": "j", "annotations": {}}, "spec": {"suspend": True}})
+    info = JobKind().info
+    async with serve(api.app) as url, client_for(url) as client:
+        rv = job["metadata"]["resourceVersion"]
+        admitted = await writer.admit(
+            client, info, "default", "j", rv, {"spec": {"suspend": False}}
+        )
+        assert admitted["spec"]["suspend"] is False
+        assert ADMITTED_AT in admitted["metadata"]["annotations"]
+        with pytest.raises(ApiError) as again:  # the same write twice: the precondition holds
+            await writer.admit(client, info, "default", "j", rv, {"spec": {"suspend": False}})
+        assert again.value.conflict
+        read = await writer.read(client, info, "default", "j")
+        assert read is not None
+        assert read["metadata"]["resourceVersion"] == admitted["metadata"]["resourceVersion"]
+        assert await writer.read(client, info, "default", "missing") is None
+    # Only list (a GET on the collection), never a GET on the object: RBAC grants no "get".
+    assert ("GET", PATH) not in api.requests
