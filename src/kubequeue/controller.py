@@ -6,8 +6,12 @@
 
 Start-up order matters for correctness after a restart: every informer lists once before the
 first admission, so admitted jobs' reservations and all running pods are known before anything
-new is let in. Any task failing ends the group (and the process, for the kubelet to restart);
-orderly shutdown on SIGTERM/SIGINT cancels the group and releases the Lease.
+new is let in. API server trouble (an error answer or a broken connection) never ends a task:
+each retries it. Any task failing otherwise (a bug) ends the group (and the process, for the
+kubelet to restart); orderly shutdown on SIGTERM/SIGINT cancels the group and releases the Lease.
+
+Watches, ordinary requests and the Lease each get their own connection pool (pool_limits), so a
+renewal never waits for a connection held by a watch or an admission write.
 """
 
 from __future__ import annotations
