@@ -16,10 +16,10 @@ write depends on what is known about it:
 - outcome unknown (the connection broke after sending, a timeout, or leadership lost mid-write):
   the write may have been applied, so the job keeps its hold and stays in flight (no cycle
   considers it) until an observation of it newer than the version written on settles it
-  (JobTracker.admission_unknown). If none arrives within ``settle_timeout``, a fresh read
-  decides: a newer object settles it the same way, no object means it is gone, and the
-  unchanged object means the write was not applied, so it is sent again - safe, because its
-  resourceVersion precondition lets at most one copy apply. A read that fails is retried with
+  (JobTracker.admission_unknown). If none arrives within ``settle_timeout`` (plus jitter), a
+  fresh read decides: a newer object settles it the same way, no object means it is gone, and
+  the unchanged object means the write was not applied, so it is sent again - safe, because
+  its resourceVersion precondition lets at most one copy apply. A read that fails is retried with
   backoff, the hold kept meanwhile. Unknown outcomes left by a previous term as leader are
   resumed when the loop starts.
 
@@ -226,7 +226,8 @@ class AdmissionLoop:
         job = admission.job
         kind, namespace, name = job.key
         adapter = self.tracker.adapters[kind]
-        with anyio.move_on_after(self.settle_timeout):
+        # Jittered: writes cut off by one broken connection must not all read back at once.
+        with anyio.move_on_after(self.settle_timeout * random.uniform(1.0, 1.5)):
             await settled.wait()
         failures = 0
         while not settled.is_set():

@@ -41,7 +41,8 @@ ADMISSIONS = Counter(
 )
 ADMISSION_ERRORS = Counter(
     "kube_queue_admission_errors_total",
-    "Admission patches that failed, by reason (Conflict is normal: the job changed meanwhile).",
+    "Admission patches that failed, by reason (Conflict is normal: the job changed meanwhile; "
+    "Transport: no answer, retried with the job's capacity held).",
     ["kind", "reason"],
     registry=REGISTRY,
 )
