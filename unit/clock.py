@@ -11,7 +11,7 @@ import anyio
 import anyio.lowlevel
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     """Poll plain state that has no event to wait on; fail the test after ``timeout``."""
     with anyio.fail_after(timeout):
         while not predicate():  # noqa: ASYNC110 - the state is plain data, nothing to wait on

@@ -76,9 +76,9 @@ class FakeClient:
         self.calls.append((method, path))
         if self.on_call is not None:
             self.on_call(method, path)
-        await anyio.lowlevel.checkpoint()
         queued = self.fail.get(method)
-        mode = queued.pop(0) if queued else self.broken
+        mode = queued.pop(0) if queued else self.broken  # taken even if cancelled just below
+        await anyio.lowlevel.checkpoint()
         if mode == "refuse":
             raise transport_error(method, path, applied=False)
         if mode == "cut":

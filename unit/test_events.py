@@ -41,10 +41,12 @@ class Harness:
         return sorted((str(e["message"]), e["count"]) for e in self.events())
 
     async def send(self, obj: InvolvedObject, message: str = "waiting for 4 GPUs") -> None:
-        calls = len(self.client.calls)
+        """Emit one Event and wait until the writer has dealt with it (and is idle again)."""
         self.recorder.emit(obj, "Normal", "Queued", message)
-        await wait_until(lambda: len(self.client.calls) > calls)
-        await anyio.sleep(0.01)  # let the write finish (a fallback create may follow a 404)
+        stats = self.recorder._recv.statistics
+        await wait_until(
+            lambda: stats().current_buffer_used == 0 and stats().tasks_waiting_receive == 1
+        )
 
 
 @asynccontextmanager
@@ -52,6 +54,7 @@ async def running() -> AsyncIterator[Harness]:
     h = Harness()
     async with anyio.create_task_group() as tg:
         tg.start_soon(h.recorder.run)
+        await wait_until(lambda: h.recorder._recv.statistics().tasks_waiting_receive == 1)
         yield h
         tg.cancel_scope.cancel()
 
