@@ -6,8 +6,12 @@
 
 Start-up order matters for correctness after a restart: every informer lists once before the
 first admission, so admitted jobs' reservations and all running pods are known before anything
-new is let in. Any task failing ends the group (and the process, for the kubelet to restart);
-orderly shutdown on SIGTERM/SIGINT cancels the group and releases the Lease.
+new is let in. API server trouble (an error answer or a broken connection) never ends a task:
+each retries it. Any task failing otherwise (a bug) ends the group (and the process, for the
+kubelet to restart); orderly shutdown on SIGTERM/SIGINT cancels the group and releases the Lease.
+
+Watches, ordinary requests and the Lease each get their own connection pool (pool_limits), so a
+renewal never waits for a connection held by a watch or an admission write.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from kubequeue.handlers import (
 )
 from kubequeue.health import HealthServer
 from kubequeue.kinds.registry import adapters_for
-from kubequeue.kube.client import KubeClient, connect
+from kubequeue.kube.client import KubeClient, PoolLimits, connect
 from kubequeue.kube.events import EventRecorder
 from kubequeue.kube.informer import Informer, dict_codec, struct_codec
 from kubequeue.kube.lease import LeaderElector
@@ -53,6 +57,26 @@ log = structlog.get_logger(__name__)
 # Only pods that hold capacity: bound to a node and not finished. Pods leaving this set arrive
 # as DELETED, which is exactly when their capacity is freed.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Spare watch connections: a watch that ends is replaced at once, before its old connection may
+# have been closed.
+WATCH_HEADROOM = 8
+
+
+def watch_count(settings: Settings) -> int:
+    """Informers Controller runs, each holding one watch: nodes, pods, priority classes,
+    namespaces, queues, and one per job kind and namespace (one per kind when all namespaces are
+    watched)."""
+    return 5 + len(set(settings.kinds)) * max(1, len(settings.namespaces))
+
+
+def pool_limits(settings: Settings) -> PoolLimits:
+    """Watches get a connection each; requests room for every admission write in flight plus
+    relists, follow-ups and Events; the Lease its own two, so a renewal never waits."""
+    return PoolLimits(
+        watches=watch_count(settings) + WATCH_HEADROOM,
+        requests=max(32, settings.max_inflight + 16),
+        lease=2,
+    )
 
 
 class Controller:
@@ -200,7 +224,7 @@ class Controller:
             )
             if s.leader_elect:
                 elector = LeaderElector(
-                    self.client,
+                    self.client.lease,
                     s.lease_namespace,
                     s.lease_name,
                     s.identity,
@@ -224,7 +248,14 @@ class Controller:
 
 
 async def run(settings: Settings) -> None:
-    async with connect(settings.kubeconfig, settings.context) as client:
+    limits = pool_limits(settings)
+    log.info(
+        "controller.connection_pools",
+        watches=limits.watches,
+        requests=limits.requests,
+        lease=limits.lease,
+    )
+    async with connect(settings.kubeconfig, settings.context, limits) as client:
         controller = Controller(settings, client)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signal, tg.cancel_scope)

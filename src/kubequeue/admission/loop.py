@@ -5,12 +5,31 @@ node appeared), and at least every ``tick`` seconds as a safety net. Bursts coal
 pod deletions while a cycle runs cause one more cycle, not a thousand.
 
 Writes happen concurrently (bounded) inside this loop's task group, after the cycle has already
-reserved their capacity; the next cycle can run while they are in flight. A write that fails is
-undone (reservation released, job back in line) - including when leadership is lost mid-write.
+reserved their capacity; the next cycle can run while they are in flight. What happens after a
+write depends on what is known about it:
+
+- applied (2xx): the job is admitted, its hold tracked;
+- refused by the server (409, 404, 4xx, most 5xx): undone - hold released, job back in line;
+- never sent (the connection could not be made, or leadership was lost before sending): the job
+  keeps its hold and the same write is sent again after a jittered backoff, or, if leadership
+  was lost, it is undone;
+- outcome unknown (the connection broke after sending, a timeout, or leadership lost mid-write):
+  the write may have been applied, so the job keeps its hold and stays in flight (no cycle
+  considers it) until an observation of it newer than the version written on settles it
+  (JobTracker.admission_unknown). If none arrives within ``settle_timeout`` (plus jitter), a
+  fresh read decides: a newer object settles it the same way, no object means it is gone, and
+  the unchanged object means the write was not applied, so it is sent again - safe, because
+  its resourceVersion precondition lets at most one copy apply. A read that fails is retried with
+  backoff, the hold kept meanwhile. Unknown outcomes left by a previous term as leader are
+  resumed when the loop starts.
+
+No transport failure ends the loop; each is logged, counted and retried. The same holds for the
+follow-up writes, whose patch is kept for another attempt until the server has answered it.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 
@@ -23,7 +42,7 @@ from kubequeue.admission.notices import Notice
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.identity import JobKey
 from kubequeue.kube import writer
-from kubequeue.kube.client import ApiError, KubeClient
+from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
 from kubequeue.kube.events import EventRecorder, InvolvedObject
 from kubequeue.observability import metrics
 
@@ -42,6 +61,10 @@ class AdmissionLoop:
         *,
         max_inflight: int = 16,
         tick: float = 5.0,
+        settle_timeout: float = 5.0,
+        retry_delay: float = 0.5,
+        max_retry_delay: float = 10.0,
+        rejected_pause: float = 1.0,
     ) -> None:
         self.tracker = tracker
         self.cycle = cycle
@@ -49,9 +72,17 @@ class AdmissionLoop:
         self.events = events
         self.max_inflight = max_inflight
         self.tick = tick
+        self.settle_timeout = settle_timeout
+        self.retry_delay = retry_delay
+        self.max_retry_delay = max_retry_delay
+        self.rejected_pause = rejected_pause
         self._wakeup = anyio.Event()
         self._gauges_at = 0.0
         self._following: set[JobKey] = set()
+        self._follow_up_failures: dict[JobKey, int] = {}
+        # Admissions whose outcome is unknown, kept across terms as leader so a new term can
+        # resume settling them (the tracker keeps their holds meanwhile).
+        self._unknown: dict[JobKey, Admission] = {}
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -60,6 +91,10 @@ class AdmissionLoop:
         limiter = anyio.CapacityLimiter(self.max_inflight)
         log.info("admission.loop_started", queued=len(self.tracker.queue))
         async with anyio.create_task_group() as tg:
+            for key in list(self.tracker.unknown):
+                resumed = self._unknown.get(key)
+                if resumed is not None:
+                    tg.start_soon(self._admit, resumed, limiter, True)
             while True:
                 with anyio.move_on_after(self.tick):
                     await self._wakeup.wait()
@@ -88,83 +123,273 @@ class AdmissionLoop:
                 # Let informers run between cycles even under a constant stream of wake-ups.
                 await anyio.lowlevel.checkpoint()
 
-    async def _admit(self, admission: Admission, limiter: anyio.CapacityLimiter) -> None:
+    async def _admit(
+        self, admission: Admission, limiter: anyio.CapacityLimiter, resumed: bool = False
+    ) -> None:
         job = admission.job
         kind, namespace, name = job.key
         adapter = self.tracker.adapters[kind]
+        # Set when this attempt's outcome became unknown; an observation sets it once settled,
+        # and from then on the tracker's verdict stands and this task touches nothing.
+        settled: anyio.Event | None = None
+        may_be_applied = resumed  # a write of ours may have been applied, unsettled so far
         done = False
+        failures = 0
         try:
-            async with limiter:
-                obj = await writer.admit(
-                    self.client,
-                    adapter.info,
-                    namespace,
-                    name,
-                    job.resource_version,
-                    job.admission_patch,
-                )
-            done = True
-            self.tracker.admission_succeeded(job.key, adapter, obj)
-            waited = max(0.0, time.time() - job.created_epoch) if job.created else None
-            metrics.ADMISSIONS.labels(adapter.info.name).inc()
-            if waited is not None:
-                metrics.ADMISSION_WAIT.labels(adapter.info.name).observe(waited)
-            placement = _placement_text(admission)
-            log.info(
-                "job.admitted",
-                job=f"{namespace}/{name}",
-                kind=kind,
-                placement=placement,
-                waited_s=round(waited, 3) if waited is not None else None,
-                priority=job.priority,
-            )
-            self._publish(
-                Notice(job.key, job.uid, "Normal", "Admitted", f"capacity reserved on {placement}")
-            )
-        except ApiError as exc:
-            done = True
-            self.tracker.admission_failed(job.key)
-            metrics.ADMISSION_ERRORS.labels(adapter.info.name, exc.reason or str(exc.status)).inc()
-            if exc.conflict or exc.not_found:
-                log.info(
-                    "job.admission_retry",
+            if resumed:  # left unknown by the previous term
+                settled = self._outcome_unknown(admission, None)
+            while True:
+                # Unknown: wait for it to settle; if the job reads back unchanged instead, the
+                # write was not applied, and it is sent again.
+                if settled is not None and await self._await_outcome(admission, settled, limiter):
+                    done = True
+                    return
+                try:
+                    async with limiter:
+                        may_be_applied = True
+                        obj = await writer.admit(
+                            self.client,
+                            adapter.info,
+                            namespace,
+                            name,
+                            job.resource_version,
+                            job.admission_patch,
+                        )
+                except KubeError as exc:
+                    if settled is not None and settled.is_set():
+                        done = True  # settled meanwhile; the write can no longer apply
+                        return
+                    if settled is not None and isinstance(exc, ApiError) and exc.conflict:
+                        continue  # changed since - maybe by our own earlier write: observe it
+                    if isinstance(exc, ApiError) and not exc.maybe_applied:
+                        done = True
+                        self._forget_unknown(job.key, settled)
+                        await self._rejected(admission, exc)
+                        return
+                    failures += 1
+                    self._retrying(admission, exc, failures)
+                    if exc.maybe_applied:
+                        settled = self._outcome_unknown(admission, settled)
+                    elif settled is None:
+                        may_be_applied = False
+                        await self._backoff(failures)
+                    continue
+                if settled is not None and settled.is_set():
+                    done = True  # an observation of this very write got there first
+                    return
+                done = True
+                self._forget_unknown(job.key, settled)
+                self.tracker.admission_succeeded(job.key, adapter, obj)
+                self._report_admitted(admission)
+                return
+        finally:
+            # Cancelled (leadership lost, shutdown) or an unexpected error, and not settled by an
+            # observation: a write that may have been applied stays unknown (the next term
+            # resumes it), one that cannot have been is undone.
+            if not done and not (settled is not None and settled.is_set()):
+                if may_be_applied:
+                    self._outcome_unknown(admission, settled)
+                else:
+                    self.tracker.admission_failed(job.key)
+            self.wake()
+
+    def _outcome_unknown(self, admission: Admission, settled: anyio.Event | None) -> anyio.Event:
+        """Register (again) that this admission's outcome is unknown; returns the Event that an
+        observation settling it will set."""
+        key = admission.job.key
+        event = settled if settled is not None else anyio.Event()
+        self._unknown[key] = admission
+
+        def on_settled(admitted: bool) -> None:
+            self._unknown.pop(key, None)
+            event.set()
+            self._report_settled(admission, admitted)
+
+        self.tracker.admission_unknown(key, admission.job.resource_version, on_settled)
+        if key not in self.tracker.unknown:  # no longer in flight: the tracker has let it go
+            self._unknown.pop(key, None)
+            event.set()
+        return event
+
+    def _forget_unknown(self, key: JobKey, settled: anyio.Event | None) -> None:
+        """This task learned the outcome from the server itself: no observation needs to."""
+        if settled is not None:
+            self.tracker.unknown.pop(key, None)
+            self._unknown.pop(key, None)
+
+    async def _await_outcome(
+        self, admission: Admission, settled: anyio.Event, limiter: anyio.CapacityLimiter
+    ) -> bool:
+        """Wait for an observation to settle the outcome, or read the job after
+        ``settle_timeout``: True once settled, False if the job is still exactly the object the
+        write was conditioned on (so the write was not applied)."""
+        job = admission.job
+        kind, namespace, name = job.key
+        adapter = self.tracker.adapters[kind]
+        # Jittered: writes cut off by one broken connection must not all read back at once.
+        with anyio.move_on_after(self.settle_timeout * random.uniform(1.0, 1.5)):
+            await settled.wait()
+        failures = 0
+        while not settled.is_set():
+            try:
+                async with limiter:
+                    obj = await writer.read(self.client, adapter.info, namespace, name)
+            except KubeError as exc:
+                failures += 1
+                if isinstance(exc, TransportError):
+                    metrics.TRANSPORT_ERRORS.labels("admission_read").inc()
+                log.warning(
+                    "job.admission_read_failed",
                     job=f"{namespace}/{name}",
                     kind=kind,
-                    why="the job changed or vanished since it was read; deciding again from "
-                    "its latest state",
+                    error=str(exc),
+                    attempt=failures,
                 )
+                await self._backoff(failures)
+                continue
+            if settled.is_set():
+                break
+            # Judged like any observation: a newer object (or none) settles the outcome.
+            if obj is None:
+                self.tracker.forget(job.key)
             else:
-                log.error("job.admission_failed", job=f"{namespace}/{name}", error=str(exc))
-                self._publish(
-                    Notice(
-                        job.key, job.uid, "Warning", "AdmissionFailed", f"could not admit: {exc}"
-                    )
-                )
-                await anyio.sleep(1.0)  # do not hammer a rejecting webhook or a sick server
-        finally:
-            if not done:  # cancelled (leadership lost, shutdown) or an unexpected error
-                self.tracker.admission_failed(job.key)
-            self.wake()
+                self.tracker.observe(adapter, obj)
+            if not settled.is_set():
+                return False
+        return True
+
+    def _retrying(self, admission: Admission, exc: KubeError, attempt: int) -> None:
+        job = admission.job
+        kind, namespace, name = job.key
+        info = self.tracker.adapters[kind].info
+        if isinstance(exc, ApiError):
+            reason = exc.reason or str(exc.status)
+        else:
+            reason = "Transport"
+            metrics.TRANSPORT_ERRORS.labels("admission").inc()
+        metrics.ADMISSION_ERRORS.labels(info.name, reason).inc()
+        log.warning(
+            "job.admission_outcome_unknown" if exc.maybe_applied else "job.admission_retry",
+            job=f"{namespace}/{name}",
+            kind=kind,
+            error=str(exc),
+            attempt=attempt,
+            why="the write may have been applied: holding its capacity until the job is seen again"
+            if exc.maybe_applied
+            else "the write never reached the server: holding its capacity and sending it again",
+        )
+
+    async def _rejected(self, admission: Admission, exc: ApiError) -> None:
+        """The server refused the write: undo the hold, the job waits again."""
+        job = admission.job
+        kind, namespace, name = job.key
+        info = self.tracker.adapters[kind].info
+        self.tracker.admission_failed(job.key)
+        metrics.ADMISSION_ERRORS.labels(info.name, exc.reason or str(exc.status)).inc()
+        if exc.conflict or exc.not_found:
+            log.info(
+                "job.admission_retry",
+                job=f"{namespace}/{name}",
+                kind=kind,
+                why="the job changed or vanished since it was read; deciding again from "
+                "its latest state",
+            )
+            return
+        log.error("job.admission_failed", job=f"{namespace}/{name}", error=str(exc))
+        self._publish(
+            Notice(job.key, job.uid, "Warning", "AdmissionFailed", f"could not admit: {exc}")
+        )
+        await anyio.sleep(self.rejected_pause)  # do not hammer a rejecting webhook or sick server
+
+    def _report_admitted(self, admission: Admission) -> None:
+        job = admission.job
+        kind, namespace, name = job.key
+        info = self.tracker.adapters[kind].info
+        waited = max(0.0, time.time() - job.created_epoch) if job.created else None
+        metrics.ADMISSIONS.labels(info.name).inc()
+        if waited is not None:
+            metrics.ADMISSION_WAIT.labels(info.name).observe(waited)
+        placement = _placement_text(admission)
+        log.info(
+            "job.admitted",
+            job=f"{namespace}/{name}",
+            kind=kind,
+            placement=placement,
+            waited_s=round(waited, 3) if waited is not None else None,
+            priority=job.priority,
+        )
+        self._publish(
+            Notice(job.key, job.uid, "Normal", "Admitted", f"capacity reserved on {placement}")
+        )
+
+    def _report_settled(self, admission: Admission, admitted: bool) -> None:
+        """Told by the tracker (from an observation) how an unknown outcome ended."""
+        if admitted:
+            self._report_admitted(admission)
+        else:
+            kind, namespace, name = admission.job.key
+            log.info(
+                "job.admission_not_applied",
+                job=f"{namespace}/{name}",
+                kind=kind,
+                why="seen again after the lost answer, not admitted; it waits again",
+            )
+        self.wake()
+
+    async def _backoff(self, failures: int) -> None:
+        """Exponential, capped, jittered: a flapping server is not hammered in lockstep."""
+        delay = min(self.max_retry_delay, self.retry_delay * 2 ** min(failures - 1, 10))
+        await anyio.sleep(delay * random.uniform(0.5, 1.0))
 
     async def _follow_up(self, key: JobKey, limiter: anyio.CapacityLimiter) -> None:
         """One post-admission write (e.g. resume Argo's kube-queue-suspend step), guarded by the
-        resourceVersion it was judged on; a conflict just waits for the next observation."""
+        resourceVersion it was judged on; a conflict just waits for the next observation. Until
+        the server has answered, the patch is kept and tried again (after a backoff): repeating
+        it is safe, since once one copy applies the precondition fails the rest."""
+        entry = None
+        answered = False
         try:
             entry = self.tracker.follow_ups.pop(key, None)
             if entry is None:
+                answered = True
                 return
             rv, patch = entry
             kind, namespace, name = key
             info = self.tracker.adapters[kind].info
             body = {**patch, "metadata": {"resourceVersion": rv}}
-            async with limiter:
-                await self.client.merge_patch(info.object_path(namespace, name), body)
+            try:
+                async with limiter:
+                    await self.client.merge_patch(info.object_path(namespace, name), body)
+            except ApiError as exc:
+                if exc.conflict or exc.not_found or not _transient(exc):
+                    answered = True
+                    if not (exc.conflict or exc.not_found):
+                        log.warning("job.follow_up_failed", job="/".join(key), error=str(exc))
+                    return
+                await self._follow_up_failed(key, exc)
+                return
+            except TransportError as exc:
+                metrics.TRANSPORT_ERRORS.labels("follow_up").inc()
+                await self._follow_up_failed(key, exc)
+                return
+            answered = True
             log.info("job.followed_up", job=f"{namespace}/{name}", kind=kind, patch=patch)
-        except ApiError as exc:
-            if not (exc.conflict or exc.not_found):
-                log.warning("job.follow_up_failed", job="/".join(key), error=str(exc))
         finally:
+            if answered:
+                self._follow_up_failures.pop(key, None)
+            elif entry is not None:
+                # Not answered (failed, or cancelled mid-write): keep it for another attempt,
+                # unless a newer observation has replaced it meanwhile.
+                self.tracker.follow_ups.setdefault(key, entry)
             self._following.discard(key)
+            if not answered:
+                self.wake()
+
+    async def _follow_up_failed(self, key: JobKey, exc: KubeError) -> None:
+        failures = self._follow_up_failures.get(key, 0) + 1
+        self._follow_up_failures[key] = failures
+        log.warning("job.follow_up_retry", job="/".join(key), error=str(exc), attempt=failures)
+        await self._backoff(failures)
 
     def _publish(self, notice: Notice) -> None:
         kind, namespace, name = notice.key
@@ -201,6 +426,11 @@ class AdmissionLoop:
                     counts[(adapter.info.kind, state)]
                 )
         metrics.RESERVED_JOBS.set(len(self.tracker.reservations))
+
+
+def _transient(exc: ApiError) -> bool:
+    """Server-side trouble worth another try (overload, unavailable, timed out)."""
+    return exc.status in (429, 500, 502, 503, 504) or exc.maybe_applied
 
 
 def _placement_text(admission: Admission) -> str:

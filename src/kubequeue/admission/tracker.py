@@ -80,6 +80,9 @@ class JobTracker:
         # labels for Queue namespaceSelectors (None until Namespaces are listed).
         self.ledger = QuotaLedger()
         self.namespace_labels: dict[str, dict[str, str]] = {}
+        # In-flight jobs whose admission write may or may not have been applied (see
+        # admission_unknown): key -> (resourceVersion it was conditioned on, whom to tell).
+        self.unknown: dict[JobKey, tuple[str, Callable[[bool], None]]] = {}
 
     def register(self, adapter: JobAdapter) -> None:
         self.adapters[adapter.info.kind] = adapter
@@ -91,6 +94,8 @@ class JobTracker:
         and the periodic resync judges the object again). Everything else an adapter reads can
         fail on hostile input; such a failure is a verdict about the job (see _unreadable)."""
         key = job_key(adapter, obj)
+        if key in self.unknown:
+            self._settle(key, adapter, obj)
         if adapter.skip_reason(obj) is not None or adapter.is_finished(obj):
             self.forget(key)
             return
@@ -189,6 +194,8 @@ class JobTracker:
 
     def forget(self, key: JobKey) -> None:
         """The job is gone, finished or not ours: drop it from the queue and free its hold."""
+        if key in self.unknown:
+            self._settle(key, None, None)
         self._set_aliases(key, [])
         self.follow_ups.pop(key, None)
         self.queue.remove(key)
@@ -371,6 +378,37 @@ class JobTracker:
             job.failed_at = None
             self.queue.upsert(job)
         self._changed()
+
+    def admission_unknown(
+        self, key: JobKey, resource_version: str, on_settled: Callable[[bool], None]
+    ) -> None:
+        """The admission write for an in-flight job got no answer: it may have been applied.
+
+        Releasing the hold now could hand the same capacity to another job while this one
+        starts, so the job stays in flight, holding, until an observation settles it: the object
+        at ``resource_version`` (the one the write was conditioned on, replayed by a relist)
+        says nothing; any newer version says what happened, since the precondition means the
+        write can no longer apply after it; deletion ends it. The observation is then judged as
+        usual (suspended: queued, hold released; admitted: hold tracked) and ``on_settled``
+        is told whether the job was admitted.
+        """
+        if key in self.inflight:
+            self.unknown[key] = (resource_version, on_settled)
+
+    def _settle(self, key: JobKey, adapter: JobAdapter | None, obj: Obj | None) -> None:
+        resource_version, on_settled = self.unknown[key]
+        if obj is not None and str(dig(obj, "metadata", "resourceVersion")) == resource_version:
+            return
+        del self.unknown[key]
+        self.inflight.pop(key, None)
+        self._gone.discard(key)
+        admitted = (
+            adapter is not None
+            and obj is not None
+            and not adapter.is_suspended(obj)
+            and ADMITTED_AT in annotations_of(obj)
+        )
+        on_settled(admitted)
 
     def _changed(self) -> None:
         if self._on_change is not None:

@@ -4,13 +4,32 @@ Built on kubernetes-asyncio's ApiClient for what it does well (kubeconfig and in
 token refresh, TLS), but every call is raw (``_preload_content=False``): we choose the path,
 headers and timeouts, read bytes, and decode them ourselves. Generated models would cost ~5x the
 CPU on the watch hot path and hide the HTTP status (36.x does not raise for raw responses).
+
+Every failure leaves as one of two ``KubeError``s, so a caller catches one thing and still knows
+what it may conclude:
+
+- ``ApiError``: the server answered, with a non-2xx status. It decided, and nothing was
+  applied - except when the answer is itself "I ran out of time" (504, or the Status reasons
+  Timeout and ServerTimeout), after which the write may still complete.
+- ``TransportError``: no (complete) answer - refused, reset or dropped connection, timeout,
+  truncated body. Always worth retrying, and the outcome of a write is unknown unless the
+  connection was never established (then the server never saw it).
+
+``KubeError.maybe_applied`` says which: a write that may have been applied must be settled by
+observing the object again, never assumed to have failed.
+
+Three connection pools, one per class of traffic, so none can starve another: watch streams
+(each holds a connection for minutes), ordinary requests (lists, writes, Events) and the leader
+Lease (a renewal queued behind anything would cost the leadership). They share one
+configuration: the same credentials, token refresh and TLS settings.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -18,7 +37,15 @@ import msgspec
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-__all__ = ["ApiError", "KubeClient", "connect"]
+__all__ = [
+    "ApiError",
+    "KubeClient",
+    "KubeError",
+    "PoolLimits",
+    "TransportError",
+    "connect",
+    "open_client",
+]
 
 _JSON = "application/json"
 _MERGE_PATCH = "application/merge-patch+json"
@@ -32,7 +59,15 @@ class _Status(msgspec.Struct):
     code: int = 0
 
 
-class ApiError(Exception):
+class KubeError(Exception):
+    """A request to the API server did not succeed (see the module docstring for the two kinds)."""
+
+    path: str
+    maybe_applied: bool
+    """A write may have taken effect although it did not succeed."""
+
+
+class ApiError(KubeError):
     """A non-2xx answer from the API server, with its Status reason and message."""
 
     def __init__(self, status: int, reason: str, message: str, path: str) -> None:
@@ -41,6 +76,7 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.path = path
+        self.maybe_applied = status == 504 or reason in ("Timeout", "ServerTimeout")
 
     @property
     def conflict(self) -> bool:
@@ -55,6 +91,35 @@ class ApiError(Exception):
         return self.status == 410
 
 
+class TransportError(KubeError):
+    """No complete answer from the API server; whether it acted on the request is unknown
+    unless ``maybe_applied`` is false."""
+
+    reason = "Transport"  # the label callers count it under, beside ApiError's Status reasons
+
+    def __init__(self, method: str, path: str, cause: BaseException) -> None:
+        detail = str(cause) or type(cause).__name__
+        super().__init__(f"{method} {path}: {type(cause).__name__}: {detail}")
+        self.method = method
+        self.path = path
+        self.cause = cause
+        # Only a connection that was never established proves the request was never sent. A
+        # pooled connection the server closed, a reset, a timeout or a cut-off body all may
+        # come after the server applied it.
+        self.maybe_applied = not isinstance(
+            cause, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError
+        )
+
+
+# Everything that means "the conversation broke", as opposed to a bug in how we called it (an
+# invalid URL is configuration, retrying cannot fix it).
+_TRANSPORT = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+def _is_transport(exc: BaseException) -> bool:
+    return isinstance(exc, _TRANSPORT) and not isinstance(exc, aiohttp.InvalidURL)
+
+
 def _error(status: int, body: bytes, path: str) -> ApiError:
     try:
         st = msgspec.json.decode(body, type=_Status)
@@ -64,8 +129,15 @@ def _error(status: int, body: bytes, path: str) -> ApiError:
 
 
 class KubeClient:
-    def __init__(self, api: Any) -> None:
+    """Requests go through ``api``'s pool, watch streams through ``watch_api``'s; ``lease`` is
+    a client of its own for the leader Lease. Without them everything shares ``api``'s pool."""
+
+    def __init__(
+        self, api: Any, *, watch_api: Any | None = None, lease: KubeClient | None = None
+    ) -> None:
         self._api = api
+        self._watch_api = watch_api if watch_api is not None else api
+        self.lease: KubeClient = lease if lease is not None else self
 
     @property
     def host(self) -> str:
@@ -80,11 +152,12 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = _JSON,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
+        api: Any = None,
     ) -> aiohttp.ClientResponse:
-        """The raw response, or ApiError: 36.x returns non-2xx responses unraised in raw mode,
-        a later release may raise ApiException again; both end up as ApiError."""
+        """The raw response, ApiError or TransportError: 36.x returns non-2xx responses unraised
+        in raw mode, a later release may raise ApiException again; both end up as ApiError."""
         try:
-            resp: aiohttp.ClientResponse = await self._api.call_api(
+            resp: aiohttp.ClientResponse = await (api if api is not None else self._api).call_api(
                 path,
                 method,
                 query_params=list(query),
@@ -96,6 +169,10 @@ class KubeClient:
             )
         except k8s_client.ApiException as exc:
             raise ApiError(exc.status or 0, str(exc.reason), str(exc.body), path) from None
+        except Exception as exc:
+            if _is_transport(exc):
+                raise TransportError(method, path, exc) from exc
+            raise
         return resp
 
     async def request(
@@ -108,12 +185,18 @@ class KubeClient:
         content_type: str = _JSON,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
     ) -> bytes:
-        """One request; returns the body, raises ApiError on any non-2xx status."""
+        """One request; returns the body, raises ApiError on any non-2xx status and
+        TransportError when no complete answer arrived."""
         resp = await self._call(
             method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
         async with resp:
-            data = await resp.read()
+            try:
+                data = await resp.read()
+            except Exception as exc:
+                if _is_transport(exc):
+                    raise TransportError(method, path, exc) from exc
+                raise
             if not 200 <= resp.status < 300:
                 raise _error(resp.status, data, path)
             return data
@@ -140,17 +223,54 @@ class KubeClient:
     async def stream(
         self, path: str, query: Sequence[tuple[str, str]], timeout: aiohttp.ClientTimeout
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """A streaming GET (watch); raises ApiError before yielding if the status is not 2xx."""
-        resp = await self._call("GET", path, query=query, timeout=timeout)
-        async with resp:
-            if not 200 <= resp.status < 300:
-                raise _error(resp.status, await resp.read(), path)
-            yield resp
+        """A streaming GET (watch) on the watch pool; raises ApiError before yielding if the
+        status is not 2xx, and TransportError if the stream breaks, also while it is read."""
+        resp = await self._call("GET", path, query=query, timeout=timeout, api=self._watch_api)
+        try:
+            async with resp:
+                if not 200 <= resp.status < 300:
+                    raise _error(resp.status, await resp.read(), path)
+                yield resp
+        except Exception as exc:
+            if _is_transport(exc):
+                raise TransportError("GET", path, exc) from exc
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """Connections per pool (each pool is its own aiohttp connector)."""
+
+    watches: int = 64
+    """Watch streams: one per informer, held for minutes; size it to the informers + headroom."""
+    requests: int = 32
+    """Lists, admission and follow-up writes, Events: short requests."""
+    lease: int = 2
+    """Lease get/create/replace: one at a time, plus a spare while a dead one is closed."""
+
+
+def _api_client(cfg: Any, connections: int) -> Any:
+    # RESTClientObject sizes its connector from cfg once, when the ApiClient is made, so each
+    # ApiClient gets a pool of its own while all share cfg (credentials, token refresh, TLS).
+    cfg.connection_pool_maxsize = connections
+    return k8s_client.ApiClient(cfg)
+
+
+@asynccontextmanager
+async def open_client(cfg: Any, limits: PoolLimits = PoolLimits()) -> AsyncIterator[KubeClient]:
+    """A client over a loaded kubernetes-asyncio Configuration, with one pool per traffic class."""
+    async with AsyncExitStack() as stack:
+        api = await stack.enter_async_context(_api_client(cfg, limits.requests))
+        watch_api = await stack.enter_async_context(_api_client(cfg, limits.watches))
+        lease_api = await stack.enter_async_context(_api_client(cfg, limits.lease))
+        yield KubeClient(api, watch_api=watch_api, lease=KubeClient(lease_api))
 
 
 @asynccontextmanager
 async def connect(
-    kubeconfig: str | None = None, context: str | None = None
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    limits: PoolLimits = PoolLimits(),
 ) -> AsyncIterator[KubeClient]:
     """A client from an explicit kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
     cfg = k8s_client.Configuration()
@@ -164,7 +284,5 @@ async def connect(
         )
     else:
         k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    # One connection per watch plus writers; the default pool of 100 is plenty, but say so.
-    cfg.connection_pool_maxsize = 64
-    async with k8s_client.ApiClient(cfg) as api:
-        yield KubeClient(api)
+    async with open_client(cfg, limits) as client:
+        yield client

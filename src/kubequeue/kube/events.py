@@ -5,6 +5,12 @@ block an admission, so the admission loop drops them into a bounded buffer and t
 them; when the buffer is full the Event is dropped and counted, never waited for. A repeat of the
 same (object, reason, message) bumps ``count`` on the existing Event instead of creating another,
 as client-go's event correlator does.
+
+A write that fails is dropped and counted, never retried and never fatal: Events are advice, and
+the next occurrence will be written. After a transport error the writer pauses briefly (with
+jitter) so a struggling API server is not sent the whole buffer at once, and a create whose
+answer was lost is remembered as if it had succeeded: a repeat then patches it, and falls back to
+creating it if it turns out not to exist.
 """
 
 from __future__ import annotations
@@ -12,14 +18,16 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
+import random
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from kubequeue.kube.client import ApiError, KubeClient
+from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
 from kubequeue.observability import metrics
 
 __all__ = ["EventRecorder", "InvolvedObject"]
@@ -51,8 +59,19 @@ def _now() -> str:
 
 
 class EventRecorder:
-    def __init__(self, client: KubeClient, buffer: int = 2048) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        buffer: int = 2048,
+        *,
+        pause_after_transport_error: float = 1.0,
+        clock: Callable[[], float] = anyio.current_time,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
         self._client = client
+        self._pause = pause_after_transport_error
+        self._clock = clock
+        self._sleep = sleep
         self._send: MemoryObjectSendStream[_Pending]
         self._recv: MemoryObjectReceiveStream[_Pending]
         self._send, self._recv = anyio.create_memory_object_stream[_Pending](buffer)
@@ -71,15 +90,18 @@ class EventRecorder:
             async for pending in self._recv:
                 try:
                     await self._write(pending)
-                except (ApiError, OSError, TimeoutError) as exc:
+                except KubeError as exc:
                     metrics.EVENTS_DROPPED.inc()
                     log.warning("event.write_failed", reason=pending.reason, error=str(exc))
+                    if isinstance(exc, TransportError):
+                        metrics.TRANSPORT_ERRORS.labels("event").inc()
+                        await self._sleep(self._pause * random.uniform(0.5, 1.0))
 
     async def _write(self, p: _Pending) -> None:
         ns = p.obj.namespace or "default"  # Events about cluster-scoped objects (Queues)
         key = (p.obj.uid, p.reason, p.message)
         now = _now()
-        clock = anyio.current_time()
+        clock = self._clock()
         seen = self._seen.get(key)
         if seen is not None and clock - seen[2] < _AGGREGATE_FOR:
             name, count, _ = seen
@@ -115,7 +137,12 @@ class EventRecorder:
             "reportingComponent": COMPONENT,
             "reportingInstance": self._instance,
         }
-        await self._client.create(f"/api/v1/namespaces/{ns}/events", body)
         if len(self._seen) > 50_000:
             self._seen.clear()
+        try:
+            await self._client.create(f"/api/v1/namespaces/{ns}/events", body)
+        except TransportError as exc:
+            if exc.maybe_applied:  # a repeat patches it, or creates it after all on 404
+                self._seen[key] = (name, 1, clock)
+            raise
         self._seen[key] = (name, 1, clock)

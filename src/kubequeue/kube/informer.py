@@ -28,7 +28,7 @@ import msgspec
 import structlog
 from anyio.abc import TaskStatus
 
-from kubequeue.kube.client import ApiError, KubeClient
+from kubequeue.kube.client import ApiError, KubeClient, TransportError
 from kubequeue.objects import ObjectList, WatchEvent
 from kubequeue.observability import metrics
 
@@ -205,7 +205,7 @@ class Informer(Generic[T]):
                     task_status.started()
                 need_list = True
                 await anyio.sleep(self.missing_poll)
-            except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as exc:
+            except (TransportError, aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as exc:
                 metrics.WATCH_RESTARTS.labels(self.name, "error").inc()
                 await self._backoff(exc)
 

@@ -2,7 +2,8 @@
 
 The precondition is what makes "never admit twice" hold across restarts and replicas: if the job
 changed after we read it (another replica admitted it, a user edited it), the server answers 409
-and we re-decide from the newer object instead of acting on a stale one.
+and we re-decide from the newer object instead of acting on a stale one. It also makes a write
+whose answer was lost safe to repeat: if the first one was applied, the repeat gets 409.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubequeue.identity import KindInfo
-from kubequeue.kube.client import KubeClient
+from kubequeue.kube.client import ApiError, KubeClient
 from kubequeue.labels import ADMITTED_AT
 
-__all__ = ["admission_body", "admit"]
+__all__ = ["admission_body", "admit", "read"]
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,3 +48,23 @@ async def admit(
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = admission_body(patch, resource_version, now)
     return await client.merge_patch(info.object_path(namespace, name), body)
+
+
+async def read(
+    client: KubeClient, info: KindInfo, namespace: str, name: str
+) -> dict[str, Any] | None:
+    """The job as the server has it now, or None if it does not exist.
+
+    A list narrowed to one name rather than a GET: kube-queue is granted list, watch and patch
+    on job kinds, not get. A list without a resourceVersion is a consistent read, like a GET.
+    """
+    try:
+        found = await client.get(
+            info.collection_path(namespace), [("fieldSelector", f"metadata.name={name}")]
+        )
+    except ApiError as exc:
+        if exc.not_found:  # the kind itself is gone (its CRD was removed)
+            return None
+        raise
+    items = found.get("items") or []
+    return dict(items[0]) if items else None

@@ -22,6 +22,7 @@ __all__ = [
     "REGISTRY",
     "RELISTS",
     "RESERVED_JOBS",
+    "TRANSPORT_ERRORS",
     "UNREADABLE_JOBS",
     "WATCH_EVENTS",
     "WATCH_RESTARTS",
@@ -41,7 +42,8 @@ ADMISSIONS = Counter(
 )
 ADMISSION_ERRORS = Counter(
     "kube_queue_admission_errors_total",
-    "Admission patches that failed, by reason (Conflict is normal: the job changed meanwhile).",
+    "Admission patches that failed, by reason (Conflict is normal: the job changed meanwhile; "
+    "Transport: no answer, retried with the job's capacity held).",
     ["kind", "reason"],
     registry=REGISTRY,
 )
@@ -105,5 +107,13 @@ EVENTS_DROPPED = Counter(
 IS_LEADER = Gauge(
     "kube_queue_leader",
     "1 while this replica holds the leader Lease and admits.",
+    registry=REGISTRY,
+)
+TRANSPORT_ERRORS = Counter(
+    "kube_queue_transport_errors_total",
+    "Requests to the API server that got no complete answer (connection refused, reset or "
+    "dropped, timeout), by operation. Each is retried or, for Events, dropped; none ends the "
+    "process. Watches count theirs in kube_queue_watch_restarts_total.",
+    ["operation"],
     registry=REGISTRY,
 )

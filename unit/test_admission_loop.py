@@ -1,0 +1,443 @@
+"""admission/loop.py with the real tracker, cycle and capacity, over a fake API server whose writes
+fail in scripted ways. The informer is played by the test: ``see()`` delivers the job as the
+server now has it, as a watch event would.
+
+The invariant checked throughout: a job's capacity is held from the decision until the outcome of
+its write is known, so a second job competing for the same GPUs is never admitted meanwhile, and
+a job is admitted (written) at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+from kubequeue.admission.cycle import AdmissionCycle
+from kubequeue.admission.loop import AdmissionLoop
+from kubequeue.admission.tracker import JobTracker
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.reservations import Reservations
+from kubequeue.kinds.job import JobKind
+from kubequeue.labels import ADMITTED_AT
+from kubequeue.observability import metrics
+from kubequeue.queueing.queue import JobQueue
+from kubequeue.resources import GPU
+from unit import builders as b
+from unit.clock import wait_until
+from unit.fakes import FakeClient
+
+JOB = JobKind()
+JOBS = "/apis/batch/v1/namespaces/default/jobs"
+
+
+def key(name: str) -> tuple[str, str, str]:
+    return ("Job", "default", name)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str]] = []  # (job name, type, reason)
+
+    def emit(self, obj: Any, type_: str, reason: str, message: str) -> None:
+        self.sent.append((obj.name, type_, reason))
+
+    def reasons(self, name: str) -> list[str]:
+        return [reason for job, _, reason in self.sent if job == name]
+
+
+class World:
+    def __init__(self, gpus: int = 4) -> None:
+        cache = CapacityCache()
+        cache.upsert_node(b.node("n", gpu=gpus))
+        self.tracker = JobTracker(cache, JobQueue(), Reservations(cache))
+        self.tracker.register(JOB)
+        self.tracker.set_priority_classes({}, 0)
+        self.client = FakeClient()
+        self.events = Events()
+        self.loop = AdmissionLoop(
+            self.tracker,
+            AdmissionCycle(self.tracker),
+            self.client,  # type: ignore[arg-type]
+            self.events,  # type: ignore[arg-type]
+            tick=0.05,
+            settle_timeout=0.3,
+            retry_delay=0.01,
+            max_retry_delay=0.05,
+            rejected_pause=0.01,
+        )
+        self.tracker._on_change = self.loop.wake
+        self.cache = cache
+
+    def submit(self, name: str, gpus: int = 4, created: str = "2026-01-01T00:00:00Z") -> None:
+        obj = self.client.store.put(
+            f"{JOBS}/{name}", b.job(name, {GPU: str(gpus)}, created=created)
+        )
+        self.tracker.observe(JOB, obj)
+
+    def see(self, name: str) -> None:
+        """The informer delivers the job as the server has it now (or its deletion)."""
+        path = f"{JOBS}/{name}"
+        if path in self.client.store.objects:
+            self.tracker.observe(JOB, self.client.store.get(path))
+        else:
+            self.tracker.forget(key(name))
+
+    def patches(self, name: str) -> int:
+        return self.client.calls.count(("PATCH", f"{JOBS}/{name}"))
+
+    def admitted_writes(self, name: str) -> int:
+        return self.client.applied.count(("PATCH", f"{JOBS}/{name}"))
+
+    def running(self, name: str) -> bool:
+        obj = self.client.store.objects.get(f"{JOBS}/{name}")
+        return obj is not None and obj["spec"]["suspend"] is False
+
+    def holding(self, name: str) -> bool:
+        return self.tracker.reservations.held_pods(key(name)) > 0
+
+    def in_doubt(self, name: str) -> bool:
+        """Outcome unknown: in flight (so no cycle considers it, even when an observation of
+        the suspended job has put it in the queue again) and holding its capacity."""
+        k = key(name)
+        return k in self.tracker.unknown and k in self.tracker.inflight and self.holding(name)
+
+
+@asynccontextmanager
+async def running(world: World) -> AsyncIterator[anyio.abc.TaskGroup]:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(world.loop.run)
+        yield tg
+        tg.cancel_scope.cancel()
+
+
+def errors(reason: str) -> float:
+    return metrics.ADMISSION_ERRORS.labels("job", reason)._value.get()
+
+
+def transport(operation: str) -> float:
+    return metrics.TRANSPORT_ERRORS.labels(operation)._value.get()
+
+
+async def test_a_disconnect_on_the_admission_patch_costs_one_retry_not_the_process() -> None:
+    """The reported crash: ServerDisconnectedError from the PATCH ended the task group. The
+    server never applied it; the loop holds the capacity, reads the job back unchanged after
+    settle_timeout, and sends the same write again."""
+    w = World()
+    w.client.fail["PATCH"] = ["cut"]
+    before = errors("Transport"), transport("admission")
+    async with running(w):
+        w.submit("a")
+        await wait_until(lambda: w.patches("a") == 1)
+        await wait_until(lambda: w.in_doubt("a"))
+        await wait_until(lambda: w.running("a"))
+    assert w.patches("a") == 2
+    assert w.admitted_writes("a") == 1
+    assert ("LIST", JOBS) in w.client.calls  # the fresh read that found it unchanged
+    assert (errors("Transport"), transport("admission")) == (before[0] + 1, before[1] + 1)
+    assert w.events.reasons("a") == ["Admitted"]
+    assert key("a") not in w.tracker.inflight and not w.tracker.unknown
+
+
+async def test_an_applied_write_whose_answer_was_lost_is_settled_by_the_next_observation() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["drop"]
+    async with running(w):
+        w.submit("a")
+        w.submit("b", created="2026-01-01T00:00:01Z")  # wants the same four GPUs
+        await wait_until(lambda: w.in_doubt("a"))
+        await anyio.sleep(0.1)  # cycles run meanwhile (the tick is 0.05 s)
+        assert w.patches("b") == 0, "b was admitted onto capacity a may be using"
+        w.see("a")  # the watch event of a's applied write
+        await wait_until(lambda: not w.tracker.unknown)
+        assert w.holding("a")  # now as a tracked admitted job: its pod has not bound yet
+        await anyio.sleep(0.1)
+        assert w.patches("b") == 0
+    assert w.patches("a") == 1, "a was written twice"
+    assert ("LIST", JOBS) not in w.client.calls  # the observation came before settle_timeout
+    assert w.events.reasons("a") == ["Admitted"]
+    assert key("a") not in w.tracker.inflight
+    assert key("b") in w.tracker.queue
+
+
+async def test_without_an_observation_a_fresh_read_settles_an_applied_write() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["drop"]
+    async with running(w):
+        w.submit("a")
+        w.submit("b", created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: w.in_doubt("a"))
+        await wait_until(lambda: not w.tracker.unknown)
+        await anyio.sleep(0.1)
+    assert ("LIST", JOBS) in w.client.calls
+    assert w.patches("a") == 1
+    assert w.patches("b") == 0
+    assert w.holding("a")
+    assert w.events.reasons("a") == ["Admitted"]
+
+
+async def test_an_observation_of_a_newer_suspended_job_releases_and_requeues_it() -> None:
+    """The write did not apply and the user changed the job meanwhile: the job waits again and
+    is decided anew from its latest version."""
+    w = World()
+    w.client.fail["PATCH"] = ["cut"]
+    async with running(w):
+        w.submit("a")
+        await wait_until(lambda: w.in_doubt("a"))
+        obj = w.client.store.get(f"{JOBS}/a")
+        obj["metadata"]["labels"]["edited"] = "yes"
+        w.client.store.put(f"{JOBS}/a", obj)
+        w.see("a")
+        await wait_until(lambda: w.running("a"))
+    assert w.patches("a") == 2
+    assert w.admitted_writes("a") == 1
+    assert ("LIST", JOBS) not in w.client.calls
+
+
+async def test_a_job_deleted_while_in_doubt_frees_its_capacity() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["cut"]
+    async with running(w):
+        w.submit("a")
+        w.submit("b", created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: w.in_doubt("a"))
+        del w.client.store.objects[f"{JOBS}/a"]
+        w.see("a")
+        await wait_until(lambda: w.running("b"))
+    assert not w.holding("a")
+    assert key("a") not in w.tracker.queue
+    assert w.patches("a") == 1
+
+
+@pytest.mark.parametrize("mode", ["drop", "cut"])
+async def test_a_job_deleted_while_in_doubt_is_found_gone_by_the_read(mode: str) -> None:
+    w = World()
+    w.client.fail["PATCH"] = [mode]
+    async with running(w):
+        w.submit("a")
+        w.submit("b", created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: w.in_doubt("a"))
+        del w.client.store.objects[f"{JOBS}/a"]  # and the DELETED event is not seen (yet)
+        await wait_until(lambda: w.running("b"))
+    assert not w.holding("a")
+    assert w.patches("a") == 1
+
+
+async def test_a_refused_connection_keeps_the_hold_and_sends_again_without_a_read() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["refuse", "refuse"]
+    before = errors("Transport")
+    async with running(w):
+        w.submit("a")
+        w.submit("b", created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: w.running("a"))
+        await anyio.sleep(0.1)
+    assert w.patches("a") == 3
+    assert w.patches("b") == 0
+    assert ("LIST", JOBS) not in w.client.calls  # never sent: nothing to settle
+    assert errors("Transport") == before + 2
+    assert w.events.reasons("a") == ["Admitted"]
+
+
+async def test_a_gateway_timeout_is_an_unknown_outcome_too() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["timeout"]
+    before = errors("Timeout")
+    async with running(w):
+        w.submit("a")
+        await wait_until(lambda: w.in_doubt("a"))
+        await wait_until(lambda: w.running("a"))
+    assert errors("Timeout") == before + 1
+    assert w.admitted_writes("a") == 1
+    assert "AdmissionFailed" not in w.events.reasons("a")
+
+
+async def test_read_failures_back_off_and_retry() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["cut"]
+    w.client.fail["LIST"] = ["refuse", "drop", "reject"]
+    before = transport("admission_read")
+    async with running(w):
+        w.submit("a")
+        await wait_until(lambda: w.running("a"), timeout=10)
+    assert w.client.calls.count(("LIST", JOBS)) == 4
+    assert transport("admission_read") == before + 2
+    assert w.admitted_writes("a") == 1
+
+
+async def test_a_resend_that_conflicts_waits_for_the_observation() -> None:
+    """Read back unchanged, sent again, but the first write landed late in between (409): the
+    job is not released; the observation of the late write settles it as admitted."""
+    w = World()
+    w.client.fail["PATCH"] = ["cut"]
+    late: dict[str, Any] = {}
+
+    def land_late(method: str, path: str) -> None:
+        if method == "PATCH" and w.patches("a") == 2:  # the re-send: the first one lands now
+            obj = w.client.store.get(path)
+            obj["spec"]["suspend"] = False
+            obj["metadata"]["annotations"][ADMITTED_AT] = "earlier"
+            late.update(w.client.store.put(path, obj))
+
+    w.client.on_call = land_late
+    async with running(w):
+        w.submit("a")
+        w.submit("b", created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: w.patches("a") == 2)
+        await anyio.sleep(0.1)
+        assert w.in_doubt("a"), "a 409 after a lost answer must not release the hold"
+        assert w.patches("b") == 0
+        w.see("a")
+        await wait_until(lambda: not w.tracker.unknown)
+    assert w.holding("a")
+    assert w.patches("b") == 0
+    assert w.events.reasons("a") == ["Admitted"]
+
+
+async def test_leadership_lost_mid_write_keeps_the_hold_and_the_next_term_settles_it() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["hang"]
+    async with running(w):
+        w.submit("a")
+        w.submit("b", created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: w.patches("a") == 1)
+    # The loop was cancelled mid-write (as on leadership loss): the write may have landed.
+    assert w.in_doubt("a")
+    async with running(w):  # the next term
+        await wait_until(lambda: w.running("a"))
+        await anyio.sleep(0.1)
+    assert w.patches("a") == 2
+    assert w.admitted_writes("a") == 1
+    assert w.patches("b") == 0
+
+
+async def test_cancelled_before_sending_is_undone_as_before() -> None:
+    w = World()
+    w.loop.max_inflight = 1
+    w.client.fail["PATCH"] = ["hang"]
+    async with running(w):
+        w.submit("a", gpus=1)
+        w.submit("b", gpus=1, created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: key("b") in w.tracker.inflight)
+        await anyio.sleep(0.05)  # b waits for the limiter behind a's hung write
+    assert w.patches("b") == 0
+    assert key("b") not in w.tracker.inflight
+    assert key("b") in w.tracker.queue
+    assert not w.holding("b")
+    assert w.in_doubt("a")
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "warned"),
+    [(409, "Conflict", False), (500, "InternalError", True), (403, "Forbidden", True)],
+)
+async def test_a_refusal_is_undone_and_the_job_waits_again(
+    status: int, reason: str, warned: bool
+) -> None:
+    from kubequeue.kube.client import ApiError
+
+    w = World()
+    calls = 0
+    original = w.client.merge_patch
+
+    async def refuse_once(path: str, body: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            w.client.calls.append(("PATCH", path))
+            raise ApiError(status, reason, "no", path)
+        return await original(path, body)
+
+    w.client.merge_patch = refuse_once  # type: ignore[method-assign]
+    before = errors(reason)
+    async with running(w):
+        w.submit("a")
+        await wait_until(lambda: w.running("a"))
+    assert errors(reason) == before + 1
+    assert ("AdmissionFailed" in w.events.reasons("a")) is warned
+    assert not w.tracker.unknown
+
+
+# ----------------------------------------------------------------- follow-ups
+
+
+def follow_up(w: World, name: str) -> tuple[str, dict[str, Any]]:
+    obj = w.client.store.put(f"{JOBS}/{name}", b.job(name, {"cpu": "1"}, suspend=False))
+    entry = (obj["metadata"]["resourceVersion"], {"status": {"resumed": "yes"}})
+    w.tracker.follow_ups[key(name)] = entry
+    return entry
+
+
+def followed_up(w: World, name: str) -> bool:
+    return w.client.store.objects[f"{JOBS}/{name}"].get("status", {}).get("resumed") == "yes"
+
+
+@pytest.mark.parametrize("mode", ["refuse", "cut", "timeout", "reject"])
+async def test_a_failed_follow_up_is_tried_again(mode: str) -> None:
+    w = World()
+    w.client.fail["PATCH"] = [mode, mode]
+    async with running(w):
+        follow_up(w, "wf")
+        w.loop.wake()
+        await wait_until(lambda: followed_up(w, "wf"))
+        await wait_until(lambda: not w.loop._following)
+    assert w.patches("wf") == 3
+    assert key("wf") not in w.tracker.follow_ups
+
+
+async def test_a_follow_up_whose_answer_was_lost_is_not_applied_twice() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["drop"]
+    async with running(w):
+        follow_up(w, "wf")
+        w.loop.wake()
+        await wait_until(lambda: w.patches("wf") == 2)
+        await wait_until(lambda: not w.loop._following)
+    assert w.admitted_writes("wf") == 1  # the repeat met the precondition and got 409
+    assert key("wf") not in w.tracker.follow_ups
+
+
+async def test_a_follow_up_cut_off_by_leadership_loss_is_kept_for_the_next_term() -> None:
+    w = World()
+    w.client.fail["PATCH"] = ["hang"]
+    async with running(w):
+        entry = follow_up(w, "wf")
+        w.loop.wake()
+        await wait_until(lambda: w.patches("wf") == 1)
+    assert w.tracker.follow_ups[key("wf")] == entry
+    async with running(w):
+        await wait_until(lambda: followed_up(w, "wf"))
+
+
+# ----------------------------------------------------------------- the tracker's rule, alone
+
+
+@pytest.mark.parametrize("admitted", [False, True])
+def test_only_an_observation_newer_than_the_version_written_on_settles(admitted: bool) -> None:
+    w = World()
+    w.submit("a")
+    [admission] = w.loop.cycle.run().admitted
+    written_on = admission.job.resource_version
+    outcomes: list[bool] = []
+    w.tracker.admission_unknown(key("a"), written_on, outcomes.append)
+    w.see("a")  # a relist replaying the object the decision was made on
+    assert outcomes == []
+    assert w.in_doubt("a")
+    assert w.loop.cycle.run().admitted == []  # in flight: not decided again
+    obj = w.client.store.get(f"{JOBS}/a")
+    if admitted:
+        obj["spec"]["suspend"] = False
+        obj["metadata"]["annotations"][ADMITTED_AT] = "now"
+    else:
+        obj["metadata"]["labels"]["edited"] = "yes"
+    w.client.store.put(f"{JOBS}/a", obj)
+    w.see("a")
+    assert outcomes == [admitted]
+    assert key("a") not in w.tracker.inflight
+    assert not w.tracker.unknown
+    assert w.holding("a") is admitted
+    assert (key("a") in w.tracker.queue) is not admitted

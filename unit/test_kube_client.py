@@ -1,0 +1,245 @@
+"""kube/client.py against local servers: every failure is one of two KubeErrors, and a write
+whose answer was lost says that it may have been applied."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import aiohttp
+import anyio
+import anyio.abc
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client as k8s_client
+
+from kubequeue.kinds.job import JobKind
+from kubequeue.kube import writer
+from kubequeue.kube.client import ApiError, KubeClient, KubeError, PoolLimits, TransportError
+from kubequeue.kube.informer import Informer, dict_codec
+from kubequeue.labels import ADMITTED_AT
+from unit.apiserver import FakeApi, client_for, configuration, raw_server, read_request, serve
+from unit.clock import wait_until
+
+PATH = "/apis/batch/v1/namespaces/default/jobs/j"
+PATCH = {"metadata": {"resourceVersion": "1"}, "spec": {"suspend": False}}
+
+
+async def _drop_after_reading(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await read_request(reader)  # the server got the whole request, then the connection dies
+
+
+async def _cut_body_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+    writer.write(b"Content-Length: 100\r\n\r\n{")
+    await writer.drain()
+
+
+async def _never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await read_request(reader)
+    await asyncio.sleep(30)
+
+
+async def _break_the_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+    writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+    line = b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"5"}}}\n'
+    writer.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+    await writer.drain()  # ... and the connection ends without the last chunk
+
+
+@pytest.mark.parametrize(
+    ("handler", "cause"),
+    [
+        (_drop_after_reading, aiohttp.ServerDisconnectedError),
+        (_cut_body_short, aiohttp.ClientPayloadError),
+    ],
+)
+async def test_a_lost_answer_is_a_transport_error_that_may_have_applied(
+    handler: Any, cause: type[BaseException]
+) -> None:
+    async with raw_server(handler) as url, client_for(url) as client:
+        with pytest.raises(TransportError) as caught:
+            await client.merge_patch(PATH, PATCH)
+    assert isinstance(caught.value, KubeError)
+    assert isinstance(caught.value.cause, cause)
+    assert caught.value.maybe_applied
+    assert caught.value.path == PATH
+
+
+async def test_a_timeout_is_a_transport_error_that_may_have_applied() -> None:
+    async with raw_server(_never_answer) as url, client_for(url) as client:
+        with pytest.raises(TransportError) as caught:
+            await client.request(
+                "PATCH", PATH, body=PATCH, timeout=aiohttp.ClientTimeout(total=0.2)
+            )
+    assert isinstance(caught.value.cause, TimeoutError)
+    assert caught.value.maybe_applied
+
+
+async def test_a_refused_connection_was_never_sent() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with client_for(f"http://127.0.0.1:{port}") as client:
+        for call in (client.get(PATH), client.lease.get(PATH)):
+            with pytest.raises(TransportError) as caught:
+                await call
+            assert isinstance(caught.value.cause, aiohttp.ClientConnectorError)
+            assert not caught.value.maybe_applied
+
+
+async def test_a_broken_watch_stream_is_a_transport_error_while_it_is_read() -> None:
+    async def read_to_the_end(client: KubeClient) -> None:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with client.stream("/api/v1/pods", [("watch", "1")], timeout) as resp:
+            async for _ in resp.content.iter_any():
+                pass
+
+    async with raw_server(_break_the_stream) as url, client_for(url) as client:
+        with pytest.raises(TransportError) as caught:
+            await read_to_the_end(client)
+    assert isinstance(caught.value.cause, aiohttp.ClientPayloadError)
+
+
+async def test_an_answer_is_an_api_error_and_also_a_kube_error() -> None:
+    api = FakeApi()
+    api.put(PATH, {"metadata": {"name": "j"}})
+    async with serve(api.app) as url, client_for(url) as client:
+        with pytest.raises(ApiError) as caught:
+            await client.merge_patch(PATH, PATCH)  # resourceVersion "1" is stale
+        assert caught.value.conflict
+        assert isinstance(caught.value, KubeError)
+        with pytest.raises(ApiError) as missing:
+            await client.get(PATH + "x")
+        assert missing.value.not_found
+
+
+async def test_the_informer_retries_a_transport_error_instead_of_ending() -> None:
+    """Before the taxonomy the informer caught aiohttp's errors; now it must catch ours."""
+    calls = 0
+
+    async def flaky(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            assert request.transport is not None
+            request.transport.close()  # the first list is cut off
+        return web.json_response({"metadata": {"resourceVersion": "1"}, "items": []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", flaky)
+    synced: list[bool] = []
+
+    class Handler:
+        def upsert(self, obj: Any) -> None: ...
+
+        def delete(self, key: str) -> None: ...
+
+        def synced(self) -> None:
+            synced.append(True)
+
+    async with serve(app) as url, client_for(url) as client:
+        informer = Informer(client, "nodes", "/api/v1/nodes", dict_codec(), Handler())
+        informer.max_backoff = 0.01
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                await tg.start(informer.run)
+                tg.cancel_scope.cancel()
+    assert synced == [True]
+    assert calls >= 2
+
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/kq/leases/kube-queue"
+WATCHES = 70  # ~ 3 + kinds x namespaces on a big installation
+
+
+async def _hold_watches(client: KubeClient, count: int, tg: anyio.abc.TaskGroup) -> None:
+    async def watch(i: int) -> None:
+        timeout = aiohttp.ClientTimeout(total=60, sock_read=60)
+        async with client.stream(f"/api/v1/namespaces/ns{i}/pods", [("watch", "1")], timeout) as r:
+            await r.content.read()
+
+    for i in range(count):
+        tg.start_soon(watch, i)
+
+
+async def test_lease_renewals_and_writes_never_wait_behind_watches() -> None:
+    api = FakeApi()
+    api.put(LEASE, {"metadata": {"name": "kube-queue"}, "spec": {}})
+    job = api.put(PATH, {"metadata": {"name": "j"}, "spec": {"suspend": True}})
+    limits = PoolLimits(watches=WATCHES + 8, requests=32, lease=2)
+    async with (
+        serve(api.app) as url,
+        client_for(url, limits) as client,
+        anyio.create_task_group() as tg,
+    ):
+        await _hold_watches(client, WATCHES, tg)
+        await wait_until(lambda: api.open_watches == WATCHES)
+        with anyio.fail_after(5):  # milliseconds when idle; generous for a loaded machine
+            lease = await client.lease.get(LEASE)
+            await client.lease.replace(LEASE, lease)
+            rv = job["metadata"]["resourceVersion"]
+            patch = {"metadata": {"resourceVersion": rv}, "spec": {"suspend": False}}
+            await client.merge_patch(PATH, patch)
+        tg.cancel_scope.cancel()
+    assert api.objects[PATH]["spec"]["suspend"] is False
+
+
+async def test_one_shared_pool_starves_the_lease_behind_watches() -> None:
+    """The layout before the pools were split, as a control: the test above is not vacuous."""
+    api = FakeApi()
+    api.put(LEASE, {"metadata": {"name": "kube-queue"}, "spec": {}})
+    async with serve(api.app) as url:
+        cfg = configuration(url)
+        cfg.connection_pool_maxsize = 64
+        async with k8s_client.ApiClient(cfg) as shared, anyio.create_task_group() as tg:
+            client = KubeClient(shared)
+            await _hold_watches(client, WATCHES, tg)
+            await wait_until(lambda: api.open_watches == 64)
+            with anyio.move_on_after(0.5) as waited:
+                await client.lease.get(LEASE)
+            assert waited.cancelled_caught, "the renewal should have queued behind watches"
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "maybe_applied"),
+    [
+        (504, "Timeout", True),  # "request did not complete within the allowed duration"
+        (500, "ServerTimeout", True),
+        (504, "", True),  # a gateway in front of the API server gave up waiting
+        (500, "InternalError", False),
+        (409, "Conflict", False),
+        (422, "Invalid", False),
+    ],
+)
+def test_only_a_timeout_answer_leaves_a_write_in_doubt(
+    status: int, reason: str, maybe_applied: bool
+) -> None:
+    assert ApiError(status, reason, "", PATH).maybe_applied is maybe_applied
+
+
+async def test_the_writer_patches_with_a_precondition_and_reads_with_list_only() -> None:
+    api = FakeApi()
+    job = api.put(PATH, {"metadata": {"name": "j", "annotations": {}}, "spec": {"suspend": True}})
+    info = JobKind().info
+    async with serve(api.app) as url, client_for(url) as client:
+        rv = job["metadata"]["resourceVersion"]
+        admitted = await writer.admit(
+            client, info, "default", "j", rv, {"spec": {"suspend": False}}
+        )
+        assert admitted["spec"]["suspend"] is False
+        assert ADMITTED_AT in admitted["metadata"]["annotations"]
+        with pytest.raises(ApiError) as again:  # the same write twice: the precondition holds
+            await writer.admit(client, info, "default", "j", rv, {"spec": {"suspend": False}})
+        assert again.value.conflict
+        read = await writer.read(client, info, "default", "j")
+        assert read is not None
+        assert read["metadata"]["resourceVersion"] == admitted["metadata"]["resourceVersion"]
+        assert await writer.read(client, info, "default", "missing") is None
+    # Only list (a GET on the collection), never a GET on the object: RBAC grants no "get".
+    assert ("GET", PATH) not in api.requests
