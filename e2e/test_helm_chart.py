@@ -65,7 +65,10 @@ async def test_defaults_queue_only_jobs_with_least_privilege() -> None:
     assert granted == {
         ("", "nodes"): {"list", "watch"},
         ("", "pods"): {"list", "watch"},
+        ("", "namespaces"): {"list", "watch"},
         ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
+        ("kube-queue.io", "queues"): {"list", "watch"},
+        ("kube-queue.io", "queues/status"): {"patch"},
         ("", "events"): {"create", "patch"},
         ("batch", "jobs"): {"list", "watch", "patch"},
     }
@@ -88,7 +91,7 @@ async def test_each_extension_adds_its_kind_and_only_its_rbac(extension: str) ->
     extra = [
         rule
         for rule in rules(rendered)
-        if rule["apiGroups"] not in ([""], ["batch"], ["scheduling.k8s.io"])
+        if rule["apiGroups"] not in ([""], ["batch"], ["scheduling.k8s.io"], ["kube-queue.io"])
     ]
     assert extra == [
         {"apiGroups": [group], "resources": [resource], "verbs": ["list", "watch", "patch"]}
@@ -140,6 +143,34 @@ async def test_pod_runs_as_non_root_read_only_with_probes_and_webhook_cert() -> 
         "e2e-kube-queue-metrics",
         "e2e-kube-queue-webhook",
     )
+
+
+async def test_queues_value_renders_queue_objects_and_the_crd_ships() -> None:
+    assert not (await render()).get("Queue"), "no Queue objects by default"
+    rendered = await render(
+        "queues[0].name=research",
+        "queues[0].quota.min.nvidia\\.com/gpu=16",
+        "queues[1].name=team-a",
+        "queues[1].parent=research",
+        "queues[1].strategy=StrictFIFO",
+        "queues[1].namespaceSelector.matchLabels.team=a",
+    )
+    research, team_a = rendered["Queue"]
+    assert research["metadata"]["name"] == "research"
+    assert research["spec"] == {"quota": {"min": {"nvidia.com/gpu": 16}}}
+    assert team_a["spec"] == {
+        "parent": "research",
+        "strategy": "StrictFIFO",
+        "namespaceSelector": {"matchLabels": {"team": "a"}},
+    }
+    import yaml
+
+    crd = yaml.safe_load((CHART / "crds" / "queues.kube-queue.io.yaml").read_text())
+    version = crd["spec"]["versions"][0]
+    assert crd["spec"]["scope"] == "Cluster" and version["subresources"] == {"status": {}}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Parent", "Strategy", "Pending", "Admitted", "GPU used/min/max", "Ready",
+                       "Age"]
 
 
 async def test_leader_election_off_drops_the_lease_role() -> None:

@@ -124,6 +124,11 @@ async def test_a_queue_at_its_max_waits_with_the_reason_while_gpus_are_free(
     assert header.split()[:5] == ["NAME", "PARENT", "PENDING", "ADMITTED", "GPU"], header
     assert "4/0/4" in line.split() and "True" in line.split(), line
 
+    metrics = await kq.metrics()
+    capped = queues.name("capped")
+    assert f'kube_queue_queue_used{{queue="{capped}",resource="nvidia.com/gpu"}} 4.0' in metrics
+    assert f'kube_queue_queue_pending_jobs{{queue="{capped}"}} 1.0' in metrics
+
     await wait_until("second admitted once first finishes",
                      lambda: _admitted(kubectl, namespace, "second"), 60)
 

@@ -45,6 +45,7 @@ from kubequeue.kube import writer
 from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
 from kubequeue.kube.events import EventRecorder, InvolvedObject
 from kubequeue.observability import metrics
+from kubequeue.status import IMPLICIT_QUEUE_NAME, queue_rows
 
 __all__ = ["AdmissionLoop"]
 
@@ -78,6 +79,7 @@ class AdmissionLoop:
         self.rejected_pause = rejected_pause
         self._wakeup = anyio.Event()
         self._gauges_at = 0.0
+        self._queue_series: set[tuple[str, ...]] = set()
         self._following: set[JobKey] = set()
         self._follow_up_failures: dict[JobKey, int] = {}
         # Admissions whose outcome is unknown, kept across terms as leader so a new term can
@@ -309,11 +311,13 @@ class AdmissionLoop:
         metrics.ADMISSIONS.labels(info.name).inc()
         if waited is not None:
             metrics.ADMISSION_WAIT.labels(info.name).observe(waited)
+            metrics.QUEUE_ADMISSION_WAIT.labels(job.queue or IMPLICIT_QUEUE_NAME).observe(waited)
         placement = _placement_text(admission)
         log.info(
             "job.admitted",
             job=f"{namespace}/{name}",
             kind=kind,
+            queue=job.queue or None,
             placement=placement,
             waited_s=round(waited, 3) if waited is not None else None,
             priority=job.priority,
@@ -426,6 +430,35 @@ class AdmissionLoop:
                     counts[(adapter.info.kind, state)]
                 )
         metrics.RESERVED_JOBS.set(len(self.tracker.reservations))
+        self._update_queue_gauges()
+
+    def _update_queue_gauges(self) -> None:
+        """Per queue: pending, admitted, used and borrowed per resource. Series of queues and
+        resources that went away are removed, so dashboards do not show stale values."""
+        seen: set[tuple[str, ...]] = set()
+        for row in queue_rows(self.tracker, self.cycle.strict_fifo):
+            name = row["name"]
+            metrics.QUEUE_PENDING.labels(name).set(row["pending"])
+            seen.add(("pending", name))
+            if row["admitted"] is not None:
+                metrics.QUEUE_ADMITTED.labels(name).set(row["admitted"])
+                seen.add(("admitted", name))
+            for gauge, field in (
+                (metrics.QUEUE_USED, "used"),
+                (metrics.QUEUE_BORROWED, "borrowed"),
+            ):
+                for res, amount in row[field + "_milli"].items():
+                    gauge.labels(name, res).set(amount / 1000)
+                    seen.add((field, name, res))
+        for stale in self._queue_series - seen:
+            gauge = {
+                "pending": metrics.QUEUE_PENDING,
+                "admitted": metrics.QUEUE_ADMITTED,
+                "used": metrics.QUEUE_USED,
+                "borrowed": metrics.QUEUE_BORROWED,
+            }[stale[0]]
+            gauge.remove(*stale[1:])
+        self._queue_series = seen
 
 
 def _transient(exc: ApiError) -> bool:

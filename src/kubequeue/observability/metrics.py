@@ -19,6 +19,11 @@ __all__ = [
     "HANDLER_ERRORS",
     "IS_LEADER",
     "PENDING",
+    "QUEUE_ADMISSION_WAIT",
+    "QUEUE_ADMITTED",
+    "QUEUE_BORROWED",
+    "QUEUE_PENDING",
+    "QUEUE_USED",
     "REGISTRY",
     "RELISTS",
     "RESERVED_JOBS",
@@ -115,5 +120,38 @@ TRANSPORT_ERRORS = Counter(
     "dropped, timeout), by operation. Each is retried or, for Events, dropped; none ends the "
     "process. Watches count theirs in kube_queue_watch_restarts_total.",
     ["operation"],
+    registry=REGISTRY,
+)
+
+# Per queue ("default" is the implicit queue of jobs that name none).
+QUEUE_PENDING = Gauge(
+    "kube_queue_queue_pending_jobs",
+    "Jobs waiting in each queue (for a parent queue: in its subtree).",
+    ["queue"],
+    registry=REGISTRY,
+)
+QUEUE_ADMITTED = Gauge(
+    "kube_queue_queue_admitted_jobs",
+    "Admitted, unfinished jobs counted in each queue (for a parent queue: in its subtree).",
+    ["queue"],
+    registry=REGISTRY,
+)
+QUEUE_USED = Gauge(
+    "kube_queue_queue_used",
+    "Quota in use per queue and resource (whole units: GPUs, cores, bytes).",
+    ["queue", "resource"],
+    registry=REGISTRY,
+)
+QUEUE_BORROWED = Gauge(
+    "kube_queue_queue_borrowed",
+    "Usage above the queue's guaranteed min, per resource (what a reclaim may take back).",
+    ["queue", "resource"],
+    registry=REGISTRY,
+)
+QUEUE_ADMISSION_WAIT = Histogram(
+    "kube_queue_queue_admission_wait_seconds",
+    "Time from job creation to admission, per queue.",
+    ["queue"],
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
     registry=REGISTRY,
 )
