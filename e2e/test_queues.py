@@ -124,10 +124,15 @@ async def test_a_queue_at_its_max_waits_with_the_reason_while_gpus_are_free(
     assert header.split()[:5] == ["NAME", "PARENT", "PENDING", "ADMITTED", "GPU"], header
     assert "4/0/4" in line.split() and "True" in line.split(), line
 
-    metrics = await kq.metrics()
     capped = queues.name("capped")
-    assert f'kube_queue_queue_used{{queue="{capped}",resource="nvidia.com/gpu"}} 4.0' in metrics
-    assert f'kube_queue_queue_pending_jobs{{queue="{capped}"}} 1.0' in metrics
+    wanted = [f'kube_queue_queue_used{{queue="{capped}",resource="nvidia.com/gpu"}} 4.0',
+              f'kube_queue_queue_pending_jobs{{queue="{capped}"}} 1.0']
+
+    async def per_queue_metrics() -> bool:  # the gauges are refreshed once a second
+        metrics = await kq.metrics()
+        return all(line in metrics for line in wanted)
+
+    await wait_until("per-queue metrics", per_queue_metrics, 10)
 
     await wait_until("second admitted once first finishes",
                      lambda: _admitted(kubectl, namespace, "second"), 60)
