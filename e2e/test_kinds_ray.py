@@ -23,6 +23,7 @@ from e2e.operators.manifests import (
     rayjob,
 )
 from e2e.operators.runner import Operators
+from e2e.queues import Queues
 from e2e.support import FakeNodes, Kubectl, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -173,3 +174,35 @@ async def test_capacity_held_for_a_rayjob_is_released_once_its_pods_run(
     await asyncio.sleep(3)
     assert is_suspended(await get_job(kubectl, namespace, "no-room")), "8 of 8 GPUs are in use"
     assert after.log_events("reservation.overcommitted") == []
+
+
+async def test_a_rayjob_and_a_batch_job_share_their_queue_s_quota(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    operators: Operators, queues: Queues,
+) -> None:
+    """Quota counts every kind's demand with the same arithmetic: a RayJob's head, workers and
+    submitter, and a batch Job's pods, in one queue."""
+    await operators.start("ray")
+    await fake_nodes.create(NodeSpec("gpu", gpus=16))
+    await queues.create("shared", quota={"max": {"nvidia.com/gpu": 6}})
+    await kube_queue(KINDS)
+    ray = rayjob("ray-4", workers=2, worker_gpus=2)
+    ray["metadata"]["labels"] = queues.label("shared")
+    await kubectl.apply(ray, "-n", namespace)
+    await wait_until("RayJob admitted", lambda: _admitted(kubectl, namespace, "ray-4"), 60)
+    await kubectl.apply(job("job-4", gpus=4, labels=queues.label("shared")), "-n", namespace)
+
+    async def quota_event() -> dict[str, Any] | None:
+        found = [e for e in await events(kubectl, namespace, "job-4", "Queued")
+                 if "waiting for quota" in e["message"]]
+        return found[0] if found else None
+
+    event = await wait_until("the Job waits for the queue's quota", quota_event)
+    assert f"queue {queues.name('shared')} is at its max nvidia.com/gpu" in event["message"]
+    assert is_suspended(await get_job(kubectl, namespace, "job-4")), "12 GPUs are free"
+    await kubectl("delete", "rayjob", "ray-4", "-n", namespace, "--wait=false")
+
+    async def job_admitted() -> bool:
+        return not is_suspended(await get_job(kubectl, namespace, "job-4"))
+
+    await wait_until("the Job admitted once the RayJob is gone", job_admitted, 60)
