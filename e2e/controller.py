@@ -147,6 +147,12 @@ class KubeQueue:
         result: dict[str, Any] = json.loads(body)
         return result
 
+    async def view(self, path: str, field: str = "jobs") -> list[dict[str, Any]]:
+        """One of the controller's JSON views (/debug/status, /debug/queues): its rows."""
+        _, body = await asyncio.to_thread(self._get, path)
+        rows: list[dict[str, Any]] = json.loads(body)[field]
+        return rows
+
     async def is_leader(self) -> bool:
         return "kube_queue_leader 1.0" in await self.metrics()
 

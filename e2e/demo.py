@@ -1,9 +1,12 @@
 """``make run`` on a machine with no cluster: the whole product, live, in one terminal.
 
 Starts the local control plane (e2e/cluster) with fake GPU nodes, runs the controller under the
-Helm chart's RBAC, submits examples/ into namespace ``demo``, and prints the queue draining
-(queued -> admitted -> running -> complete) until Ctrl-C. Meanwhile you can use the printed
-KUBECONFIG with kubectl in another terminal.
+Helm chart's RBAC, creates two teams' Queues (examples/queues.yaml: team-a and team-b share 16
+GPUs under research), submits team-a's jobs (examples/jobs.yaml) into namespace ``team-a`` and a
+few seconds later team-b's (examples/team-b-jobs.yaml) into ``team-b``, and prints the queues
+draining (queued -> admitted -> running -> complete), with each queue's GPU use, until Ctrl-C.
+Meanwhile you can use the printed KUBECONFIG with kubectl (``kubectl get queues``) or
+``kube-queue status --url ...`` in another terminal.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from e2e.controller import KubeQueue, install_identity
 from e2e.support import Kubectl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMESPACE = "demo"
+TEAMS = {"team-a": "jobs.yaml", "team-b": "team-b-jobs.yaml"}  # namespace -> its jobs
+TEAM_B_DELAY_S = 8
 NODES = [
     NodeSpec("gpu-8", cpu="64", memory="512Gi", gpus=8),
     NodeSpec("gpu-4a", cpu="32", memory="256Gi", gpus=4),
@@ -56,24 +60,32 @@ def _state(job: dict[str, Any]) -> str:
 
 
 async def _show(kubectl: Kubectl, kq: KubeQueue, started: float) -> bool:
-    jobs = (await kubectl.json("get", "jobs", "-n", NAMESPACE))["items"]
-    waiting = {row["name"]: row for row in (await kq.queue())["jobs"]}
+    jobs = []
+    for namespace in TEAMS:
+        jobs += (await kubectl.json("get", "jobs", "-n", namespace))["items"]
+    waiting = {(row["namespace"], row["name"]): row for row in (await kq.view("/debug/status"))}
+    queues = await kq.view("/debug/queues", "queues")
     lines = [f"kube-queue demo  t={asyncio.get_running_loop().time() - started:5.0f}s   "
              f"(Ctrl-C to stop)", ""]
-    lines.append(f"{'JOB':16} {'GPUS':>4}  {'STATE':9} WHY")
+    lines.append(f"{'JOB':16} {'QUEUE':7} {'GPUS':>4}  {'STATE':9} WHY")
     in_use = 0
     for job in sorted(jobs, key=lambda j: j["metadata"]["creationTimestamp"]):
-        name = job["metadata"]["name"]
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
         state = _state(job)
         if state in ("Running", "Admitted"):
             in_use += _gpus(job)
-        row = waiting.get(name, {})
-        why = row.get("problem") or row.get("never_fits") or row.get("waiting_for") or ""
-        if state == "Queued" and not why:
-            why = f"position {row.get('position', '?')} in line"
-        lines.append(f"{name:16} {_gpus(job):>4}  {state:9} {why}")
+        row = waiting.get((namespace, name), {})
+        why = row.get("why", "") if state == "Queued" else ""
+        lines.append(f"{name:16} {namespace:7} {_gpus(job):>4}  {state:9} {why}")
     total = sum(n.gpus for n in NODES)
-    lines += ["", f"GPUs held by admitted jobs: {in_use}/{total}"]
+    lines += ["", f"GPUs held by admitted jobs: {in_use}/{total}", ""]
+    lines.append(f"{'QUEUE':9} {'GPU USED/MIN/MAX':17} {'BORROWED':9} {'PENDING':8} ADMITTED")
+    for q in queues:
+        gpu = "nvidia.com/gpu"
+        used = f"{q['used'].get(gpu, '0')}/{q['min'].get(gpu, '0')}/{q['max'].get(gpu, '-')}"
+        admitted = "-" if q["admitted"] is None else q["admitted"]
+        lines.append(f"{q['name']:9} {used:17} {q['borrowed'].get(gpu, '0'):9} "
+                     f"{q['pending']:<8} {admitted}")
     clear = "\033[H\033[J" if sys.stdout.isatty() else "\n"
     print(clear + "\n".join(lines), flush=True)
     return all(_state(j) in ("Complete", "Failed") or _gpus(j) > 8 for j in jobs)
@@ -83,21 +95,29 @@ async def _demo(cluster: LocalCluster, kubectl: Kubectl) -> None:
     binaries = cluster.binaries
     identity = await install_identity(binaries.helm, kubectl, cluster.work_dir / "kube-queue")
     kq = await KubeQueue(identity, cluster.logs_dir, "kube-queue", "--log-format=console").start()
-    await kubectl("create", "namespace", NAMESPACE)
+    await kubectl("apply", "-f", str(EXAMPLES / "queues.yaml"))
+    for namespace in TEAMS:
+        await kubectl("create", "namespace", namespace)
+        await kubectl("label", "namespace", namespace, f"team={namespace.removeprefix('team-')}")
     # The PriorityClass first: a job naming a class that does not exist yet is (rightly) warned
     # about as UnknownPriorityClass until the class appears.
     await kubectl("apply", "-f", str(EXAMPLES / "priorityclass.yaml"))
-    await kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / "jobs.yaml"))
+    await kubectl("apply", "-n", "team-a", "-f", str(EXAMPLES / TEAMS["team-a"]))
     started = asyncio.get_running_loop().time()
-    drained_once = False
+    drained_once = team_b_sent = False
     try:
         while True:
+            if not team_b_sent and asyncio.get_running_loop().time() - started > TEAM_B_DELAY_S:
+                await kubectl("apply", "-n", "team-b", "-f", str(EXAMPLES / TEAMS["team-b"]))
+                team_b_sent = True
             drained = await _show(kubectl, kq, started)
-            if drained and not drained_once:
+            if drained and team_b_sent and not drained_once:
                 drained_once = True
-                print("\nThe queue has drained (too-big can never fit: see its NeverFits event).")
+                print("\nThe queues have drained (too-big can never fit: see its NeverFits "
+                      "event).")
             print(f"\nexport KUBECONFIG={cluster.kubeconfig}   # kubectl at {binaries.kubectl}")
-            print(f"controller log: {kq.process.log_path}   queue: kube-queue queue --url {kq.url}")
+            print(f"controller log: {kq.process.log_path}")
+            print(f"kube-queue status --url {kq.url}   |   kube-queue queues --url {kq.url}")
             await asyncio.sleep(2)
     finally:
         await kq.stop()
