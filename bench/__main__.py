@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pods", type=int, default=None, help="running pods (default: 10 per node)")
     p.add_argument("--jobs", type=int, default=None, help="queued jobs (default: 2 per node)")
     p.add_argument("--seed", type=int, default=6)
+    p.add_argument("--queues", type=int, default=0,
+                   help="Queue objects in a 3-level tree, jobs spread over the leaves (default 0: "
+                   "no queues, as a cluster without Queue objects)")
     p.add_argument("--runs", type=int, default=3, help="runs per figure (median and spread)")
     p.add_argument("--latency-samples", type=int, default=300,
                    help="pod deletions, each followed by one cycle, per run")
@@ -54,12 +57,13 @@ def _parser() -> argparse.ArgumentParser:
 def _sizes(args: argparse.Namespace, nodes: int | None = None) -> Sizes:
     n = nodes if nodes is not None else args.nodes
     if nodes is not None:
-        return Sizes.per_node(n, args.seed)
+        return Sizes.per_node(n, args.seed, args.queues)
     return Sizes(
         n,
         args.pods if args.pods is not None else n * 10,
         args.jobs if args.jobs is not None else n * 2,
         args.seed,
+        args.queues,
     )
 
 
@@ -85,7 +89,7 @@ def _child(args: argparse.Namespace, mode: str, sizes: Sizes, runs: int = 1) -> 
     cmd = [
         sys.executable, "-m", "bench", "--child", mode,
         "--nodes", str(sizes.nodes), "--pods", str(sizes.pods), "--jobs", str(sizes.jobs),
-        "--seed", str(sizes.seed), "--runs", str(runs),
+        "--seed", str(sizes.seed), "--runs", str(runs), "--queues", str(sizes.queues),
         "--latency-samples", str(args.latency_samples), "--drain-rounds", str(args.drain_rounds),
         "--reference-lines", str(args.reference_lines),
     ]
@@ -126,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     started = time.perf_counter()
-    print(f"# kube-queue admission-core benchmark\n\nMachine: {machine()}. Seed {args.seed}.")
+    queues = f" {sizes.queues} Queues in a 3-level tree." if sizes.queues else ""
+    print(f"# kube-queue admission-core benchmark\n\nMachine: {machine()}. Seed {args.seed}."
+          f"{queues}")
     main_result = _core(args, sizes, args.runs)
     memory, memory_trace = _memory(args, sizes)
     print_summary(main_result["summary"], memory, memory_trace)
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if scale:
         rows = []
         for n in scale:
-            s = Sizes.per_node(n, args.seed)
+            s = Sizes.per_node(n, args.seed, args.queues)
             if s == sizes:
                 row = {"summary": main_result["summary"], "memory": memory,
                        "memory_trace": memory_trace}

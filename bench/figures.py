@@ -109,6 +109,8 @@ def core_run(
         pass
     sim.pod_lines()
     h.feed_priority_classes(priority_class_lines())
+    if sizes.queues:
+        h.feed_queues(cluster.queue_lines())
     running_jobs = sim.running_job_lines()
     queued_jobs = sim.queued_job_lines()
     started = clock()

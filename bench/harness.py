@@ -72,6 +72,7 @@ class Harness:
         self.pod_informer: Informer[Any] = informers["pods"]
         self.class_informer: Informer[Any] = informers["priorityclasses"]
         self.job_informer: Informer[Any] = informers["jobs"]
+        self.queue_informer: Informer[Any] = informers["queues"]
         self.cache = self.controller.cache
         self.tracker = self.controller.tracker
         self.queue = self.controller.queue
@@ -113,6 +114,12 @@ class Harness:
         dispatch = self.job_informer._dispatch
         for line in lines:
             dispatch(line)
+
+    def feed_queues(self, lines: Iterable[bytes]) -> None:
+        dispatch = self.queue_informer._dispatch
+        for line in lines:
+            dispatch(line)
+        self.queue_informer.handler.synced()
 
     def feed_priority_classes(self, lines: Iterable[bytes]) -> None:
         dispatch = self.class_informer._dispatch

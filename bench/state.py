@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from kubequeue.labels import ADMITTED_AT
+from kubequeue.labels import ADMITTED_AT, QUEUE_LABEL
 
 __all__ = [
     "GPU",
@@ -73,11 +73,12 @@ class Sizes:
     pods: int
     jobs: int
     seed: int = 6
+    queues: int = 0  # Queue objects in a 3-level tree (0: none, every job in the implicit queue)
 
     @classmethod
-    def per_node(cls, nodes: int, seed: int = 6) -> Sizes:
+    def per_node(cls, nodes: int, seed: int = 6, queues: int = 0) -> Sizes:
         """The issue's proportions: 10 running pods and 2 queued jobs per node."""
-        return cls(nodes, nodes * 10, nodes * 2, seed)
+        return cls(nodes, nodes * 10, nodes * 2, seed, queues)
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +467,44 @@ class Cluster:
             return event(type_, self.pod_obj(pod, phase=phase, deleting=phase == "Running"))
         return event(type_, self.pod_obj(pod))
 
+    # ------------------------------------------------------------------ queues
+    def queue_tree(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """``sizes.queues`` Queue objects in 3 levels: one root guaranteeing every GPU of the
+        cluster, departments splitting it, leaf teams splitting their department's (max twice
+        their min: they borrow). Returns the objects and the leaf names."""
+        n = self.sizes.queues
+        if n < 3:
+            return [], []
+        depts = max(1, round((n - 1) ** 0.5 / 1.1))
+        leaves = n - 1 - depts
+        total = sum(r.kind.gpus for r in self.nodes) or self.sizes.nodes * 4
+        objs = [_queue("org", None, total, None)]
+        leaf_names: list[str] = []
+        per_dept = total // depts
+        for d in range(depts):
+            dept = f"dept-{d}"
+            objs.append(_queue(dept, "org", per_dept, None))
+            mine = [i for i in range(leaves) if i % depts == d]
+            for i in mine:
+                guarantee = per_dept // max(1, len(mine))
+                name = f"team-q{i:02d}"
+                objs.append(_queue(name, dept, guarantee, 2 * guarantee))
+                leaf_names.append(name)
+        return objs, leaf_names
+
+    def queue_lines(self) -> list[bytes]:
+        return [event("ADDED", q) for q in self.queue_tree()[0]]
+
+    def _queue_label(self, w: Workload) -> dict[str, str]:
+        if not self.sizes.queues:
+            return {}
+        if not hasattr(self, "_leaves"):
+            self._leaves = self.queue_tree()[1]
+        if not self._leaves:
+            return {}
+        team = int(w.namespace.rpartition("-")[2])
+        return {QUEUE_LABEL: self._leaves[team % len(self._leaves)]}
+
     def job_obj(self, w: Workload, *, suspend: bool, complete: bool = False) -> dict[str, Any]:
         annotations = {"team.example.com/owner": f"{w.namespace}-lead"}
         if w.admitted:
@@ -489,7 +528,8 @@ class Cluster:
             "metadata": {"name": w.name, "namespace": w.namespace, "uid": w.uid,
                          "resourceVersion": self._rv_str(), "generation": 1,
                          "creationTimestamp": w.created,
-                         "labels": {"team": w.namespace, "app.kubernetes.io/name": "trainer"},
+                         "labels": {"team": w.namespace, "app.kubernetes.io/name": "trainer",
+                                    **self._queue_label(w)},
                          "annotations": annotations},
             "spec": {
                 "parallelism": w.count, "completions": w.count, "backoffLimit": 6,
@@ -506,6 +546,19 @@ class Cluster:
     def job_line(self, w: Workload, *, suspend: bool, complete: bool = False,
                  type_: str = "ADDED") -> bytes:
         return event(type_, self.job_obj(w, suspend=suspend, complete=complete))
+
+
+def _queue(name: str, parent: str | None, gpus_min: int, gpus_max: int | None
+           ) -> dict[str, Any]:
+    quota: dict[str, Any] = {"min": {"nvidia.com/gpu": gpus_min}}
+    if gpus_max is not None:
+        quota["max"] = {"nvidia.com/gpu": gpus_max}
+    spec: dict[str, Any] = {"quota": quota}
+    if parent:
+        spec["parent"] = parent
+    return {"apiVersion": "kube-queue.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": name, "uid": f"queue-{name}", "resourceVersion": "1"},
+            "spec": spec}
 
 
 def event(type_: str, obj: dict[str, Any]) -> bytes:

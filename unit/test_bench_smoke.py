@@ -59,3 +59,13 @@ def test_quick_trace_records_every_cycles_decisions(tmp_path: Path) -> None:
     cycles = json.loads(out.read_text())
     assert cycles and all(len(c) == 4 for c in cycles)
     assert any(c[2] for c in cycles), "no cycle admitted anything"
+
+
+@pytest.mark.usefixtures("keep_structlog_config")
+def test_quick_bench_with_a_queue_tree_runs_and_never_overcommits(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["--quick", "--queues", "50", "--json", str(out)]) == 0
+    (run,) = json.loads(out.read_text())["main"]["raw"]
+    assert run["drain"]["admitted"] > 0
+    assert run["problems"] == []
+    assert "informer.handler_failed" not in run["log_events"], run["log_events"]
