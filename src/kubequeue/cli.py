@@ -146,16 +146,14 @@ def _view_query(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:
 
 
 def _print_view(args: argparse.Namespace, data: dict[str, Any]) -> int:
-    if args.output == "json":
-        print(json.dumps(data, indent=2))
-        return 0
-    wide = args.output == "wide"
-    if args.command == "queues":
-        print(tables.queue_table(data["queues"], wide=wide))
-    else:
-        print(tables.job_table(data["jobs"], wide=wide))
     if not data.get("leader", True):
         print("(this replica is not the leader: reasons may be missing)", file=sys.stderr)
+    if args.output == "json":
+        print(json.dumps(data, indent=2))
+    elif args.command == "queues":
+        print(tables.queue_table(data["queues"], wide=args.output == "wide"))
+    else:
+        print(tables.job_table(data["jobs"], wide=args.output == "wide"))
     return 0
 
 
