@@ -100,6 +100,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--max-inflight", type=int, default=16)
     run.add_argument(
+        "--preemption",
+        choices=["never", "lower-priority"],
+        default="never",
+        help="for jobs in the implicit queue (no Queue objects): lower-priority lets a job that "
+        "does not fit preempt lower-priority jobs (Queues have spec.preemption)",
+    )
+    run.add_argument(
+        "--preemption-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a preemptor waits for its victims' pods to go before it queues again",
+    )
+    run.add_argument(
         "--resync-period",
         type=float,
         default=600.0,
@@ -188,6 +201,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         max_inflight=args.max_inflight,
         starvation_seconds=args.starvation_timeout,
         resync_seconds=args.resync_period,
+        preemption=args.preemption,
+        preemption_timeout=args.preemption_timeout,
         **extra,
     )
 

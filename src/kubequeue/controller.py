@@ -25,6 +25,7 @@ import structlog
 
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.loop import AdmissionLoop
+from kubequeue.admission.preemption import PreemptionPolicy
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
@@ -95,6 +96,8 @@ class Controller:
             self.tracker,
             strict_fifo=settings.strict_fifo,
             starvation_seconds=settings.starvation_seconds,
+            preemption=PreemptionPolicy(lower_priority=settings.preemption == "lower-priority"),
+            preemption_timeout=settings.preemption_timeout,
         )
         self.loop = AdmissionLoop(
             self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight

@@ -10,6 +10,8 @@ __all__ = [
     "ADMITTED_AT",
     "BORROWING",
     "IGNORE",
+    "PREEMPTED_BY",
+    "PREEMPTIBLE",
     "QUEUE_ANNOTATION",
     "QUEUE_LABEL",
     "SUSPEND_ANNOTATION",
@@ -30,3 +32,8 @@ QUEUE_LABEL = "kube-queue.io/queue-name"
 # was admitted above its queue's guarantee ("true"), i.e. on quota that may be reclaimed.
 QUEUE_ANNOTATION = "kube-queue.io/queue"
 BORROWING = "kube-queue.io/borrowing"
+# Written on a job kube-queue stopped to make room: which job it made room for
+# ("<Kind>/<namespace>/<name>"), or "requeue" when its pods never all started in time.
+PREEMPTED_BY = "kube-queue.io/preempted-by"
+# Users set this to "false" (annotation or label) so kube-queue never preempts the job.
+PREEMPTIBLE = "kube-queue.io/preemptible"

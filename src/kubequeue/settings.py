@@ -66,6 +66,12 @@ class Settings:
     starvation_seconds: float = 1800.0
     """Under BestEffortFIFO, a job that has waited this long (since creation) without fitting
     stops backfilling behind it, so big gang jobs cannot starve. 0 disables."""
+    preemption: str = "never"
+    """For jobs in the implicit queue (no Queue objects): "lower-priority" lets a job that does
+    not fit preempt lower-priority jobs (Queues set their own spec.preemption)."""
+    preemption_timeout: float = 300.0
+    """Seconds a preemptor waits for its victims' pods to go before it gives up and queues
+    again."""
     max_inflight: int = 16
     """Admission patches in flight at once."""
     watch_timeout: int = 300

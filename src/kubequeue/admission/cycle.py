@@ -19,6 +19,7 @@ The cycle is synchronous and never awaits: informer updates cannot interleave wi
 from __future__ import annotations
 
 import heapq
+import itertools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,12 +29,15 @@ import structlog
 
 from kubequeue import resources
 from kubequeue.admission.notices import Notice
+from kubequeue.admission.preemption import Preemption, PreemptionPolicy, plan_preemption
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, explain, place, place_counted
 from kubequeue.demand import PodSet
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
+from kubequeue.queueing.spec import STRICT_FIFO
+from kubequeue.queueing.tree import QueueTree
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +53,7 @@ class Admission:
 @dataclass(slots=True)
 class CycleResult:
     admitted: list[Admission] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     evaluated: int = 0
     waiting: int = 0
@@ -65,9 +70,14 @@ class AdmissionCycle:
         report_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        preemption: PreemptionPolicy | None = None,
+        preemption_timeout: float = 300.0,
     ) -> None:
         self.tracker = tracker
         self.strict_fifo = strict_fifo
+        # For the implicit queue (Queue objects carry their own spec.preemption).
+        self.preemption = preemption or PreemptionPolicy()
+        self.preemption_timeout = preemption_timeout
         self.starvation_seconds = starvation_seconds
         self._wall_clock = wall_clock
         # Per queue, the job that held the rest of its line back in the last cycle.
@@ -82,6 +92,8 @@ class AdmissionCycle:
         cache = tracker.cache
         result = CycleResult()
         tracker.reservations.relocate()
+        if tracker.preempting:
+            self._preemptors(result)
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
@@ -101,6 +113,7 @@ class AdmissionCycle:
             walk if walk is not None else tracker.queue.ordered(lines[0]) if lines else ()
         )
         may_block = bool(self.starvation_seconds) or self.strict_fifo or bool(tree)
+        lines_info = self._lines_info(tree)
         for job in jobs:  # step 1
             if inflight and job.key in inflight:
                 continue
@@ -109,28 +122,44 @@ class AdmissionCycle:
                 continue
             if job.never_fits and job.never_fits_generation == nodes_generation:
                 continue
+            line = lines_info(job.queue)
             stop = False
-            if job.failed_at == generation:
+            if job.failed_at == generation or (
+                job.quota_checked is not None and self._still_refused(job)
+            ):
                 result.waiting += 1
-                stop = may_block and self._blocks(job, starved_before)
-            elif job.queue and not self._quota_allows(result, job):  # step 3: policy
-                result.waiting += 1
-                stop = may_block and not job.over_quota and self._blocks(job, starved_before)
+                stop = may_block and not job.over_quota and self._blocks(line, job, starved_before)
             else:
                 result.evaluated += 1
-                placed = shortcuts.place(job, cache)  # step 4: physical fit
-                if placed is not None:
-                    borrowing = bool(job.queue) and ledger.needs_to_borrow(job.queue, job.demand)
+                # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
+                # and the quota verdict matters only for jobs that do.
+                placed = shortcuts.place(job, cache)
+                quota_ok = True
+                if placed is not None and job.queue:  # step 4: policy
+                    quota_ok = self._quota_allows(result, job)
+                if placed is not None and quota_ok:
+                    borrowing = bool(job.queue) and _borrows(ledger, job)
                     tracker.begin_admission(job, job.pod_sets, placed, borrowing)  # step 5
                     result.admitted.append(Admission(job, placed))
                     if walk is not None:
                         walk.admitted()
                     continue
-                job.failed_at = generation
+                if placed is None:
+                    job.failed_at = generation
+                policy = line.policy
+                if policy is not None and self._preempt(result, job, policy, quota=not quota_ok):
+                    if walk is not None:  # step 6: make room
+                        walk.admitted()
+                    continue
                 result.waiting += 1
-                if budget > 0 and self._explain(result, job):  # step 6
+                if placed is None and budget > 0 and self._explain(result, job):  # step 7
                     budget -= 1
-                stop = may_block and not job.never_fits and self._blocks(job, starved_before)
+                stop = (
+                    may_block
+                    and not job.never_fits
+                    and not job.over_quota
+                    and self._blocks(line, job, starved_before)
+                )
             if stop:
                 blocked[job.queue] = job
                 if walk is None:
@@ -139,12 +168,105 @@ class AdmissionCycle:
         self._note_blocking(blocked)
         return result
 
+    def _lines_info(self, tree: QueueTree) -> Callable[[str], _Line]:
+        """Per queue, what the walk asks of it for every job (strategy, preemption policy),
+        looked up once per cycle."""
+        known: dict[str, _Line] = {}
+
+        def info(queue: str) -> _Line:
+            found = known.get(queue)
+            if found is None:
+                found = known[queue] = self._line(tree, queue)
+            return found
+
+        return info
+
+    def _line(self, tree: QueueTree, queue: str) -> _Line:
+        node = tree.nodes.get(queue) if queue else None
+        if node is None:
+            policy = self.preemption if not queue else PreemptionPolicy()
+            return _Line(self.strict_fifo, policy or None)
+        spec = node.spec
+        policy = PreemptionPolicy(spec.reclaim, spec.preempt_lower_priority)
+        return _Line(spec.strategy == STRICT_FIFO, policy or None)
+
+    def _still_refused(self, job: QueuedJob) -> bool:
+        """The job's quota was refused at exactly the current usage of its tree: it still is."""
+        memo = job.quota_checked
+        return (
+            memo is not None and not memo[1] and memo[0] == self.tracker.ledger.version(job.queue)
+        )
+
+    def _preempt(
+        self, result: CycleResult, job: QueuedJob, policy: PreemptionPolicy, *, quota: bool
+    ) -> bool:
+        """Step 6: a job that does not fit (or, preempting within its queue, is over quota) may
+        take capacity from others if its queue allows it: the fewest jobs whose removal lets
+        every pod of it fit on real nodes (admission/preemption.py). Its capacity is held at
+        once; it is admitted when the victims' pods are gone."""
+        if quota and not policy.lower_priority:
+            return False
+        plan = plan_preemption(self.tracker, job, policy)
+        if plan is None:
+            return False
+        borrowing = bool(job.queue) and self.tracker.ledger.needs_to_borrow(job.queue, job.demand)
+        self.tracker.begin_preemption(
+            job,
+            plan.placement,
+            [v.key for v in plan.victims],
+            plan.reason,
+            self._clock(),
+            borrowing,
+        )
+        result.preemptions.append(plan)
+        log.info(
+            "job.preempting",
+            job="/".join(job.key),
+            victims=["/".join(v.key) for v in plan.victims],
+            why=plan.reason,
+        )
+        if plan.victims:
+            victims = ", ".join(f"{v.key[0]} {v.key[1]}/{v.key[2]}" for v in plan.victims)
+            message = f"{plan.reason}: stopping {victims}; admitted once their pods are gone"
+            self._report(result, job, "Normal", "Preempting", message)
+        return True
+
+    def _preemptors(self, result: CycleResult) -> None:
+        """Preemptors whose victims are gone are admitted where their capacity is held; those
+        that waited too long go back to their queue."""
+        tracker = self.tracker
+        for state in tracker.ready_preemptors():
+            job = state.job
+            placement = tracker.reservations.assignments(job.key)
+            tracker.finish_preemption(job.key)
+            result.admitted.append(Admission(job, placement))
+        now = self._clock()
+        for key, state in list(tracker.preempting.items()):
+            if now - state.started > self.preemption_timeout:
+                tracker.abandon_preemption(key, "its victims did not stop in time")
+                self._report(
+                    result,
+                    state.job,
+                    "Warning",
+                    "PreemptionTimedOut",
+                    f"the jobs it preempted did not stop within {self.preemption_timeout:.0f}s; "
+                    "it waits in its queue again",
+                )
+
     def _quota_allows(self, result: CycleResult, job: QueuedJob) -> bool:
         """Step 3: may the job's queue path take its demand now? If not, say why: the Event
         names the queue and the limit (stable text); the numbers go to ``quota_reason`` for
         ``kube-queue status``. A job above a limit even with its queue empty never blocks."""
         ledger = self.tracker.ledger
+        version = ledger.version(job.queue)
+        memo = job.quota_checked
+        if memo is not None and memo[0] == version:
+            if memo[1]:
+                return True
+            if job.quota_reason:  # refused at this very usage: already reported
+                return False
         verdict = ledger.check(job.queue, job.demand)
+        job.quota_checked = (version, verdict.allowed, verdict.borrowing)
         if verdict.allowed:
             job.quota_reason = ""
             return True
@@ -163,7 +285,7 @@ class AdmissionCycle:
             self._report(result, job, "Normal", "Queued", f"waiting for quota: {verdict.cause}")
         return False
 
-    def _blocks(self, job: QueuedJob, starved_before: float) -> bool:
+    def _blocks(self, line: _Line, job: QueuedJob, starved_before: float) -> bool:
         """Whether a job that cannot be admitted stops the jobs behind it *in its queue*.
 
         Always under StrictFIFO (the queue's strategy; ``--strict-fifo`` for the implicit
@@ -172,7 +294,7 @@ class AdmissionCycle:
         that the gaps are left to grow until it fits, so a big gang job cannot starve forever
         behind a stream of small ones.
         """
-        if self.tracker.ledger.tree.strict(job.queue, self.strict_fifo):
+        if line.strict:
             return True
         return bool(self.starvation_seconds) and job.created_epoch < starved_before
 
@@ -228,66 +350,94 @@ class AdmissionCycle:
         result.notices.append(Notice(job.key, job.uid, type_, reason, msg))
 
 
-class _Walk:
-    """The queued jobs of several queues, one at a time, the best fair-share claim first.
+@dataclass(frozen=True, slots=True)
+class _Line:
+    strict: bool
+    policy: PreemptionPolicy | None  # None: this queue never preempts
 
-    Each queue's line is walked in its own order (priority, age); which line goes next is
-    decided by its head: jobs that stay within their queue's guarantee before jobs that would
-    borrow, then the smaller weighted dominant shares along the queue's path (hierarchical
-    DRF, QuotaLedger.shares), then priority and age. Shares move only when a job is admitted,
-    so they are computed once per admission, not per job.
+
+def _borrows(ledger: QuotaLedger, job: QueuedJob) -> bool:
+    """Whether admitting the job would take its queue above its min (memoised like the quota
+    verdict: it changes only with the usage of the job's tree)."""
+    version = ledger.version(job.queue)
+    memo = job.quota_checked
+    if memo is not None and memo[0] == version and memo[1]:
+        return memo[2]
+    return ledger.needs_to_borrow(job.queue, job.demand)
+
+
+class _Walk:
+    """The queued jobs of several queues, one at a time, the best claim first.
+
+    Each queue's line is walked in its own order (priority, age). Which line goes next is
+    decided by its claim: queues still below their guarantee (in every resource their tree
+    pools) before queues at or above it, then the smaller weighted dominant shares along the
+    queue's path (hierarchical DRF, QuotaLedger.shares). Lines with equal claims are merged by
+    their jobs' priority and age (a C-level k-way merge). Claims move only when a job is
+    admitted; then the rest of the lines are grouped again from where each one stopped.
     """
 
     def __init__(self, queue: JobQueue, lines: Sequence[str], ledger: QuotaLedger) -> None:
         self._ledger = ledger
-        self._lines = {line: iter(queue.ordered(line)) for line in lines}
-        self._heads: dict[str, QueuedJob] = {}
-        self._shares: dict[str, tuple[float, ...]] = {}
-        self._heap: list[tuple[tuple[object, ...], str]] = []
-        for line, jobs in self._lines.items():
-            head = next(jobs, None)
-            if head is not None:
-                self._heads[line] = head
-        self._rebuild()
+        # Snapshots of each line (entries: (*order key, job)); the cycle removes jobs from the
+        # queue while it walks.
+        self._lines = {line: queue.entries(line) for line in lines}
+        self._pos = dict.fromkeys(lines, 0)
+        self._blocked: set[str] = set()
+        self._regroup = False
 
-    def _key(self, line: str, job: QueuedJob) -> tuple[object, ...]:
-        shares = self._shares.get(line)
-        if shares is None:
-            shares = self._shares[line] = self._ledger.shares(line) if line else (0.0,)
-        borrows = bool(line) and self._ledger.needs_to_borrow(line, job.demand)
-        return (borrows, shares, -job.priority, job.created, line)
-
-    def _rebuild(self) -> None:
-        self._shares.clear()
-        self._heap = [(self._key(line, job), line) for line, job in self._heads.items()]
-        heapq.heapify(self._heap)
+    def _claim(self, line: str) -> tuple[bool, tuple[float, ...]]:
+        if not line:
+            return False, (0.0,)
+        ledger = self._ledger
+        at_guarantee = any(left <= 0 for _, left in ledger.guarantee_room(line))
+        return at_guarantee, ledger.shares(line)
 
     def __iter__(self) -> Iterator[QueuedJob]:
-        return self
-
-    def __next__(self) -> QueuedJob:
-        heap = self._heap
-        while heap:
-            _, line = heapq.heappop(heap)
-            job = self._heads.get(line)
-            if job is None:
-                continue  # the line was blocked
-            following = next(self._lines[line], None)
-            if following is None:
-                del self._heads[line]
-            else:
-                self._heads[line] = following
-                heapq.heappush(heap, (self._key(line, following), line))
-            return job
-        raise StopIteration
+        lines, pos = self._lines, self._pos
+        while True:
+            active = [
+                line
+                for line, entries in lines.items()
+                if pos[line] < len(entries) and line not in self._blocked
+            ]
+            if not active:
+                return
+            claims = {line: self._claim(line) for line in active}
+            best = min(claims.values())
+            group = [line for line in active if claims[line] == best]
+            while group:
+                self._regroup = False
+                if len(group) == 1:
+                    merged: Iterator[tuple[object, ...]] = itertools.islice(
+                        lines[group[0]], pos[group[0]], None
+                    )
+                else:
+                    merged = heapq.merge(
+                        *(itertools.islice(lines[line], pos[line], None) for line in group)
+                    )
+                for entry in merged:
+                    job: QueuedJob = entry[-1]  # type: ignore[assignment]
+                    line = job.queue
+                    pos[line] += 1
+                    yield job
+                    if self._regroup:
+                        break
+                else:
+                    group = []  # this claim's lines are done: on to the next claim
+                    break
+                # An admission (claims moved) or a blocked line: group the rest again.
+                if self._blocked.intersection(group) or self._regroup:
+                    group = []
 
     def admitted(self) -> None:
         """Usage changed: every line's claim is judged again."""
-        self._rebuild()
+        self._regroup = True
 
     def block(self, line: str) -> None:
         """The rest of this line waits for the next cycle."""
-        self._heads.pop(line, None)
+        self._blocked.add(line)
+        self._regroup = True
 
 
 # Freed nodes to look at before giving up on a shortcut and simply running the fit.

@@ -39,11 +39,13 @@ import structlog
 
 from kubequeue.admission.cycle import Admission, AdmissionCycle
 from kubequeue.admission.notices import Notice
-from kubequeue.admission.tracker import JobTracker
+from kubequeue.admission.preemption import Preemption
+from kubequeue.admission.tracker import AdmittedJob, JobTracker
 from kubequeue.identity import JobKey
 from kubequeue.kube import writer
 from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
 from kubequeue.kube.events import EventRecorder, InvolvedObject
+from kubequeue.labels import PREEMPTED_BY
 from kubequeue.observability import metrics
 from kubequeue.status import IMPLICIT_QUEUE_NAME, queue_rows
 
@@ -117,6 +119,9 @@ class AdmissionLoop:
                     self._publish(notice)
                 for admission in result.admitted:
                     tg.start_soon(self._admit, admission, limiter)
+                for preemption in result.preemptions:
+                    for victim in preemption.victims:
+                        tg.start_soon(self._preempt, preemption, victim, limiter)
                 for key in list(self.tracker.follow_ups):
                     if key not in self._following:
                         self._following.add(key)
@@ -395,6 +400,59 @@ class AdmissionLoop:
         log.warning("job.follow_up_retry", job="/".join(key), error=str(exc), attempt=failures)
         await self._backoff(failures)
 
+    async def _preempt(
+        self, preemption: Preemption, victim: AdmittedJob, limiter: anyio.CapacityLimiter
+    ) -> None:
+        """Suspend one victim, guarded by its latest observed resourceVersion. A conflict means
+        it changed (a status update, most likely): retry with the newer version the informer
+        brings, as long as it is still admitted and still this preemptor's victim."""
+        preemptor = preemption.job.key
+        by = "/".join(preemptor)
+        kind, namespace, name = victim.key
+        info = self.tracker.adapters[kind].info
+        for attempt in range(8):
+            current = self.tracker.admitted.get(victim.key)
+            if current is None or self.tracker.victims.get(victim.key) != preemptor:
+                return  # stopped already (maybe by our own write), or the plan was dropped
+            assert current.preemption_patch is not None
+            try:
+                async with limiter:
+                    await writer.stop(
+                        self.client,
+                        info,
+                        namespace,
+                        name,
+                        current.resource_version,
+                        current.preemption_patch,
+                        {PREEMPTED_BY: by},
+                    )
+            except ApiError as exc:
+                if exc.not_found:
+                    return  # gone: its capacity is freed either way
+                if not exc.conflict:
+                    log.warning("job.preemption_failed", job=f"{namespace}/{name}", error=str(exc))
+                    metrics.ADMISSION_ERRORS.labels(info.name, f"Preempt{exc.reason}").inc()
+            except KubeError as exc:  # outcome unknown: the next observation (or retry) tells
+                metrics.TRANSPORT_ERRORS.labels("preemption").inc()
+                log.warning("job.preemption_retry", job=f"{namespace}/{name}", error=str(exc))
+            else:
+                metrics.PREEMPTIONS.labels(info.name, _preemption_kind(preemption)).inc()
+                log.info("job.preempted", job=f"{namespace}/{name}", kind=kind, by=by)
+                self._publish(
+                    Notice(
+                        victim.key,
+                        victim.uid,
+                        "Normal",
+                        "Preempted",
+                        f"stopped to make room for {preemptor[0]} {preemptor[1]}/{preemptor[2]} "
+                        f"({preemption.reason}); it waits in its queue again, in its place by "
+                        "creation time",
+                    )
+                )
+                return
+            await anyio.sleep(min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
+        log.error("job.preemption_gave_up", job=f"{namespace}/{name}", by=by)
+
     def _publish(self, notice: Notice) -> None:
         kind, namespace, name = notice.key
         adapter = self.tracker.adapters.get(kind)
@@ -459,6 +517,10 @@ class AdmissionLoop:
             }[stale[0]]
             gauge.remove(*stale[1:])
         self._queue_series = seen
+
+
+def _preemption_kind(preemption: Preemption) -> str:
+    return "reclaim" if preemption.reason.startswith("reclaiming") else "priority"
 
 
 def _transient(exc: ApiError) -> bool:

@@ -17,23 +17,33 @@ import datetime
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import structlog
 
+from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import DemandError, PodSet, total_demand
 from kubequeue.identity import JobKey
 from kubequeue.kinds.common import annotations_of, dig, labels_of
-from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj
-from kubequeue.labels import ADMITTED_AT, BORROWING, QUEUE_ANNOTATION, QUEUE_LABEL
+from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj, Preemptible
+from kubequeue.labels import (
+    ADMITTED_AT,
+    BORROWING,
+    PREEMPTIBLE,
+    QUEUE_ANNOTATION,
+    QUEUE_LABEL,
+)
 from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
 from kubequeue.queueing.spec import QueueSpec
 from kubequeue.queueing.tree import QueueTree
+from kubequeue.resources import Resources
 
 __all__ = ["JobTracker", "job_key"]
 
@@ -46,6 +56,35 @@ def job_key(adapter: JobAdapter, obj: Obj) -> JobKey:
         str(dig(obj, "metadata", "namespace") or ""),
         str(dig(obj, "metadata", "name") or ""),
     )
+
+
+class AdmittedJob(msgspec.Struct, gc=False):
+    """What preemption and requeue need to know of a running job kube-queue admitted. One per
+    running job, so: C-level, and not tracked by the cyclic GC (it refers only to strings,
+    numbers and plain dicts; no cycles)."""
+
+    key: JobKey
+    uid: str
+    resource_version: str
+    queue: str
+    priority: int
+    admitted_epoch: float
+    demand: Resources
+    # The kind's suspend patch (None: this job cannot be preempted: its kind cannot be
+    # suspended once running, or it is marked kube-queue.io/preemptible: "false").
+    preemption_patch: dict[str, Any] | None
+    queue_label: str | None = None  # to find its queue if Queues appear after it was admitted
+
+
+@dataclass(slots=True)
+class Preempting:
+    """A job whose capacity is held while the jobs it preempted stop (see plan_preemption)."""
+
+    job: QueuedJob
+    victims: list[JobKey]
+    started: float
+    reason: str
+    borrowing: bool = False
 
 
 class JobTracker:
@@ -80,6 +119,11 @@ class JobTracker:
         # labels for Queue namespaceSelectors (None until Namespaces are listed).
         self.ledger = QuotaLedger()
         self.namespace_labels: dict[str, dict[str, str]] = {}
+        # Running jobs kube-queue admitted (candidates for preemption and requeue).
+        self.admitted: dict[JobKey, AdmittedJob] = {}
+        # Jobs holding capacity while their victims stop, and victim -> its preemptor.
+        self.preempting: dict[JobKey, Preempting] = {}
+        self.victims: dict[JobKey, JobKey] = {}
         # In-flight jobs whose admission write may or may not have been applied (see
         # admission_unknown): key -> (resourceVersion it was conditioned on, whom to tell).
         self.unknown: dict[JobKey, tuple[str, Callable[[bool], None]]] = {}
@@ -108,13 +152,16 @@ class JobTracker:
                 self._set_aliases(key, aliases)
         if adapter.is_suspended(obj):
             self._gone.discard(key)
-            if key not in self.inflight:
+            self._stopped(key)
+            if key not in self.inflight and key not in self.preempting:
                 self.reservations.release(key)
                 self.ledger.release(key)
             self._enqueue(adapter, key, obj)
             return
         self.queue.remove(key)
         self._priority_of.pop(key, None)
+        if key in self.preempting:  # a user let it run meanwhile: nothing to wait for
+            self._abandon_preemption(key, "the job was started by someone else")
         if ADMITTED_AT in annotations_of(obj):
             self._note_follow_up(adapter, key, obj)
             try:
@@ -127,10 +174,50 @@ class JobTracker:
                 _unreadable(adapter, key, "resource demand", exc)
                 return
             self.reservations.track(key, pod_sets)
-            self.ledger.charge(key, self._admitted_queue(obj), total_demand(pod_sets))
+            queue = self._admitted_queue(obj)
+            demand = total_demand(pod_sets)
+            self.ledger.charge(key, queue, demand)
+            self._note_admitted(adapter, key, obj, queue, demand)
         elif key not in self.inflight:
+            self._stopped(key)
             self.reservations.release(key)
             self.ledger.release(key)
+
+    def _note_admitted(
+        self, adapter: JobAdapter, key: JobKey, obj: Obj, queue: str, demand: Resources
+    ) -> None:
+        meta = obj.get("metadata") or {}
+        patch = None
+        marked = annotations_of(obj).get(PREEMPTIBLE) or labels_of(obj).get(PREEMPTIBLE)
+        if isinstance(adapter, Preemptible) and marked != "false":
+            try:
+                patch = _shared(adapter.preemption_patch(obj))
+            except Exception as exc:
+                _unreadable(adapter, key, "preemption patch", exc)
+        try:
+            class_name = adapter.priority_class_name(obj)
+        except Exception:
+            class_name = None
+        priority = self.default_priority
+        if class_name is not None:
+            priority = self.priorities.get(class_name, self.default_priority)
+        named = labels_of(obj).get(QUEUE_LABEL)
+        self.admitted[key] = AdmittedJob(
+            key=key,
+            uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+            queue=queue,
+            priority=priority,
+            admitted_epoch=_epoch(str(annotations_of(obj).get(ADMITTED_AT, ""))),
+            demand=demand,
+            preemption_patch=patch,
+            queue_label=named if isinstance(named, str) else None,
+        )
+
+    def _stopped(self, key: JobKey) -> None:
+        """The job no longer runs as admitted (suspended, finished, gone, not ours)."""
+        self.admitted.pop(key, None)
+        self.victims.pop(key, None)
 
     def _admitted_queue(self, obj: Obj) -> str:
         """The queue an admitted job counts in: the one it was admitted into (annotation), else
@@ -200,6 +287,9 @@ class JobTracker:
         self.follow_ups.pop(key, None)
         self.queue.remove(key)
         self._priority_of.pop(key, None)
+        self._stopped(key)
+        if key in self.preempting:
+            self._abandon_preemption(key, "the job is gone")
         if key in self.inflight:
             self._gone.add(key)
         else:
@@ -217,8 +307,9 @@ class JobTracker:
             priority=self.default_priority,
             created=created,
             created_epoch=_epoch(created),
-            labels=labels_of(obj),
         )
+        label = labels_of(obj).get(QUEUE_LABEL)
+        job.queue_label = label if isinstance(label, str) else None
         class_name: str | None = None
         try:
             job.admission_patch = adapter.admission_patch(obj)
@@ -230,7 +321,6 @@ class JobTracker:
         except Exception as exc:
             job.problem = _unreadable(adapter, key, "resource demand", exc)
             job.problem_reason = "InvalidJob"
-        job.demand = total_demand(job.pod_sets)
         self._priority_of[key] = class_name
         self._judge_priority(job, class_name)
         self._judge_queue(job)
@@ -248,6 +338,15 @@ class JobTracker:
                 job.never_fits = previous.never_fits
                 job.never_fits_generation = previous.never_fits_generation
                 job.quota_reason = previous.quota_reason
+        waiting = self.preempting.get(key)
+        if waiting is not None:
+            # Its capacity is held while its victims stop: keep it out of the queue, but admit
+            # it with this newest version (and drop the plan if what it needs changed).
+            if _same_demand(waiting.job.pod_sets, job.pod_sets) and job.problem is None:
+                job.queue = waiting.job.queue
+                waiting.job = job
+                return
+            self._abandon_preemption(key, "the job changed while it waited")
         self.queue.upsert(job)
         self._changed()
 
@@ -274,10 +373,11 @@ class JobTracker:
             job.problem = None
             job.problem_reason = ""
         tree = self.ledger.tree
-        if not tree and QUEUE_LABEL not in job.labels:
+        if not tree and job.queue_label is None:
             job.queue = ""
             return
-        found = tree.assign(job.labels, self.namespace_labels.get(job.key[1]))
+        labels = {QUEUE_LABEL: job.queue_label} if job.queue_label is not None else {}
+        found = tree.assign(labels, self.namespace_labels.get(job.key[1]))
         job.queue = found.queue
         if found.problem is not None and job.problem is None:
             job.problem = found.problem
@@ -285,8 +385,17 @@ class JobTracker:
 
     # ----------------------------------------------------------------- queues, namespaces
     def set_queues(self, specs: Iterable[QueueSpec]) -> None:
-        """Queue objects changed: rebuild the tree, re-aggregate usage, re-assign queued jobs."""
+        """Queue objects changed: rebuild the tree, re-aggregate usage, re-assign queued jobs.
+        Jobs admitted while there were no Queues (counted nowhere) are counted in the queue
+        they would be assigned now."""
         self.ledger.set_tree(QueueTree(specs))
+        tree = self.ledger.tree
+        if tree:
+            for job in self.admitted.values():
+                if not job.queue:
+                    labels = {QUEUE_LABEL: job.queue_label} if job.queue_label else {}
+                    job.queue = tree.assign(labels, self.namespace_labels.get(job.key[1])).queue
+                    self.ledger.charge(job.key, job.queue, job.demand)
         self._rejudge_queues(None)
 
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
@@ -310,6 +419,8 @@ class JobTracker:
             self._judge_queue(job)
             if (job.queue, job.problem) != before:
                 job.quota_reason = ""
+                job.quota_checked = None
+                job.over_quota = ""
                 self.queue.upsert(job)
         self._changed()
 
@@ -350,6 +461,10 @@ class JobTracker:
         self.inflight[job.key] = job
         if job.queue:
             self.ledger.charge(job.key, job.queue, job.demand)
+        self._annotate_admission(job, borrowing)
+
+    def _annotate_admission(self, job: QueuedJob, borrowing: bool) -> None:
+        if job.queue:
             # Recorded on the job with the admission itself: where its usage counts, and
             # whether it is borrowed quota (what a reclaim may take back), survive restarts.
             patch = dict(job.admission_patch)
@@ -410,12 +525,128 @@ class JobTracker:
         )
         on_settled(admitted)
 
+    # ----------------------------------------------------------------- preemption
+    def preemptible(self) -> list[AdmittedJob]:
+        """Admitted jobs that may be preempted now (not in flight, not already victims)."""
+        return [
+            job
+            for key, job in self.admitted.items()
+            if job.preemption_patch is not None
+            and key not in self.victims
+            and key not in self.inflight
+        ]
+
+    def footprint(self, key: JobKey) -> dict[str, Resources]:
+        """What a job holds per node: its bound pods (under its own name and its aliases) and
+        the capacity held for its missing pods."""
+        out: dict[str, Resources] = {}
+        self.cache.footprint(key, out)
+        for alias in self._aliases_of.get(key, ()):
+            self.cache.footprint(alias, out)
+        for node, request, count in self.reservations.placed(key):
+            resources.add_into(out.setdefault(node, {}), request, count)
+        return out
+
+    def leaving(self, nodes: set[str] | None = None) -> dict[str, Resources]:
+        """Capacity that is on its way out: bound pods of jobs that are suspended (queued) or
+        being preempted. Counting it as free lets a preemptor wait for it instead of
+        preempting more (after a restart, too: the victims are suspended by then)."""
+        out: dict[str, Resources] = {}
+        for key in (*self.victims, *self.queue.keys()):
+            for node, amounts in self.footprint(key).items():
+                if nodes is None or node in nodes:
+                    resources.add_into(out.setdefault(node, {}), amounts)
+        return out
+
+    def leaving_somewhere(self) -> bool:
+        if self.victims:
+            return True
+        bound = self.cache.owners_with_pods()
+        return any(key in bound for key in self.queue.keys())  # noqa: SIM118 - a snapshot
+
+    def begin_preemption(
+        self,
+        job: QueuedJob,
+        placement: Sequence[Assignment],
+        victims: Sequence[JobKey],
+        reason: str,
+        now: float,
+        borrowing: bool = False,
+    ) -> None:
+        """Hold the preemptor's capacity now (pinned: it stays on these nodes while the victims'
+        pods leave, over-committing them until they are gone), and remember the victims."""
+        self.reservations.hold(job.key, job.pod_sets, placement, pinned=True)
+        self.queue.remove(job.key)
+        if job.queue:
+            self.ledger.charge(job.key, job.queue, job.demand)
+        self.preempting[job.key] = Preempting(job, list(victims), now, reason, borrowing)
+        for victim in victims:
+            self.victims[victim] = job.key
+
+    def ready_preemptors(self) -> list[Preempting]:
+        """Preemptors whose victims are gone and whose held nodes are no longer over-committed:
+        they can be admitted where their capacity is held."""
+        ready = []
+        for key, state in self.preempting.items():
+            if any(v in self.admitted for v in state.victims):
+                continue
+            if self.reservations.overcommits(key):
+                continue
+            ready.append(state)
+        return ready
+
+    def finish_preemption(self, key: JobKey) -> None:
+        """The preemptor's admission write is about to be sent: it is in flight like any
+        admission, with the capacity it held."""
+        state = self.preempting.pop(key)
+        self.reservations.unpin(key)
+        for victim in state.victims:
+            if self.victims.get(victim) == key:
+                del self.victims[victim]
+        self.inflight[key] = state.job
+        self._annotate_admission(state.job, state.borrowing)
+
+    def _abandon_preemption(self, key: JobKey, why: str) -> None:
+        state = self.preempting.pop(key, None)
+        if state is None:
+            return
+        log.info("preemption.abandoned", job="/".join(key), why=why)
+        self.reservations.release(key)
+        self.ledger.release(key)
+        for victim in state.victims:
+            if self.victims.get(victim) == key:
+                del self.victims[victim]
+
+    def abandon_preemption(self, key: JobKey, why: str) -> None:
+        """Give up waiting (victims would not stop in time): the job waits in its queue again."""
+        state = self.preempting.get(key)
+        self._abandon_preemption(key, why)
+        if state is not None:
+            state.job.failed_at = None
+            self.queue.upsert(state.job)
+            self._changed()
+
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change()
 
 
 _QUEUE_PROBLEMS = frozenset({"UnknownQueue", "InvalidQueue"})
+# Identical patches (a kind's suspend patch is the same for every job of it) shared, not copied
+# once per running job.
+_PATCHES: dict[bytes, dict[str, Any]] = {}
+
+
+def _shared(patch: dict[str, Any] | None) -> dict[str, Any] | None:
+    if patch is None:
+        return None
+    key = msgspec.json.encode(patch, order="sorted")
+    found = _PATCHES.get(key)
+    if found is None:
+        found = patch
+        if len(_PATCHES) < 1024:
+            _PATCHES[key] = found
+    return found
 
 
 def _unreadable(adapter: JobAdapter, key: JobKey, what: str, exc: Exception) -> str:

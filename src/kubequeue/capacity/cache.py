@@ -18,7 +18,7 @@ can take one of its pods: the cost of a cycle follows what changed, not the size
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -109,6 +109,9 @@ class CapacityCache:
         self.version = 0
         self._bound: dict[JobKey, Counter[str | None]] = {}
         self._owners: dict[PodOwner, PodOwner] = {}  # canonical owner tuples of bound pods
+        # The bound pods of each (raw) owner, so a job's footprint per node is found without
+        # scanning every pod (preemption asks for it).
+        self._members: dict[JobKey, dict[str, None]] = {}
         self._on_freed = on_freed
         self.freed_generation = 0
         self.nodes_generation = 0
@@ -280,6 +283,10 @@ class CapacityCache:
             if counts is None:
                 counts = self._bound[job] = Counter()
             counts[pod_set] += 1
+            members = self._members.get(job)
+            if members is None:
+                members = self._members[job] = {}
+            members[uid] = None
             return job
         return None
 
@@ -307,7 +314,27 @@ class CapacityCache:
                 self._owners.pop(usage.owner, None)
             if not counts:
                 del self._bound[job]
+        members = self._members.get(job)
+        if members is not None:
+            members.pop(uid, None)
+            if not members:
+                del self._members[job]
         return job
+
+    def footprint(
+        self, job: JobKey, into: dict[str, Resources] | None = None
+    ) -> dict[str, Resources]:
+        """What the bound pods attributed to ``job`` (a raw owner) request, per node."""
+        out: dict[str, Resources] = {} if into is None else into
+        pods = self._pods
+        for uid in self._members.get(job, ()):
+            usage = pods[uid]
+            resources.add_into(out.setdefault(usage.node, {}), usage.request)
+        return out
+
+    def owners_with_pods(self) -> Mapping[JobKey, object]:
+        """The (raw) owners that have bound pods (a set-like view)."""
+        return self._members
 
     def bound_pods(self, job: JobKey) -> Counter[str | None]:
         """Running (bound, non-terminal) pods of ``job``, by pod set name (None: unlabelled)."""
@@ -334,6 +361,39 @@ class CapacityCache:
         else:
             self._node_changed(state)
         self._freed(node)
+
+    # ----------------------------------------------------------------- what-if copies
+    def scratch(self, names: Iterable[str] | None = None) -> CapacityCache:
+        """A copy of these nodes (default: all) for a what-if simulation (capacity/victims.py):
+        same labels, taints, allocatable and free capacity, no pods; change it with
+        ``adjust_free`` and place on it like on the real cache."""
+        copy = CapacityCache()
+        for name in self.nodes if names is None else names:
+            state = self.nodes.get(name)
+            if state is None or not state.schedulable:
+                continue
+            twin = NodeState(
+                name=state.name,
+                allocatable=state.allocatable,
+                labels=state.labels,
+                taints=state.taints,
+                ready=True,
+                unschedulable=False,
+                known=True,
+                free=dict(state.free),
+            )
+            copy.nodes[name] = twin
+            copy._node_changed(twin)
+        return copy
+
+    def adjust_free(self, node: str, amounts: Mapping[str, int], sign: int) -> None:
+        """free += sign * amounts on one node (what-if copies only: no pod or hold moves)."""
+        state = self.nodes[node]
+        if sign > 0:
+            resources.add_into(state.free, amounts)
+        else:
+            resources.sub_into(state.free, amounts)
+        self._node_changed(state)
 
     # ----------------------------------------------------------------- queries
     def free(self, node: str) -> Resources:

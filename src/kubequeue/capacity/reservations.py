@@ -23,7 +23,7 @@ from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, place
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
-from kubequeue.resources import GPU
+from kubequeue.resources import GPU, Resources
 
 __all__ = ["UNPLACED", "Reservations"]
 
@@ -52,6 +52,9 @@ class Reservations:
         self.bound_pods: Callable[[JobKey], Counter[str | None]] = cache.bound_pods
         self._held: dict[JobKey, _Held] = {}
         self._relocated_at: tuple[int, int] | None = None
+        # Holds that stay where they are although their nodes are over-committed: a preemptor's
+        # capacity, held on the nodes its victims are leaving (relocate() leaves them alone).
+        self._pinned: set[JobKey] = set()
 
     def __contains__(self, job: object) -> bool:
         return job in self._held
@@ -64,10 +67,17 @@ class Reservations:
         return sum(held.count(ps) for ps in held.pod_sets) if held else 0
 
     def hold(
-        self, job: JobKey, pod_sets: Sequence[PodSet], assignments: Sequence[Assignment]
+        self,
+        job: JobKey,
+        pod_sets: Sequence[PodSet],
+        assignments: Sequence[Assignment],
+        *,
+        pinned: bool = False,
     ) -> None:
         """Charge a fresh admission's placement (computed by fit.place on the same cache)."""
         self.release(job)
+        if pinned:
+            self._pinned.add(job)
         held = _Held(pod_sets={ps.name: ps for ps in pod_sets})
         self._held[job] = held
         for a in assignments:
@@ -88,7 +98,44 @@ class Reservations:
         held.pod_sets = new
         self.reconcile(job)
 
+    def unpin(self, job: JobKey) -> None:
+        self._pinned.discard(job)
+
+    def placed(self, job: JobKey) -> list[tuple[str, Resources, int]]:
+        """(node, request, pods) held for the job on real nodes."""
+        held = self._held.get(job)
+        if held is None:
+            return []
+        return [
+            (node, held.pod_sets[name].request, count)
+            for name, nodes in held.placed.items()
+            for node, count in nodes.items()
+            if node != UNPLACED
+        ]
+
+    def assignments(self, job: JobKey) -> list[Assignment]:
+        """The job's held placement, as fit.place reports one."""
+        held = self._held.get(job)
+        if held is None:
+            return []
+        return [
+            Assignment(name, node, count, held.pod_sets[name].request)
+            for name, nodes in held.placed.items()
+            for node, count in nodes.items()
+        ]
+
+    def overcommits(self, job: JobKey) -> bool:
+        """Whether any node the job's capacity is held on has less than nothing free (its
+        previous users' pods have not all gone yet)."""
+        nodes = self._cache.nodes
+        for node, _, _ in self.placed(job):
+            state = nodes.get(node)
+            if state is None or any(v < 0 for v in state.free.values()):
+                return True
+        return False
+
     def release(self, job: JobKey) -> None:
+        self._pinned.discard(job)
         held = self._held.pop(job, None)
         if held is None:
             return
@@ -123,8 +170,11 @@ class Reservations:
         if generation == self._relocated_at:
             return 0
         moved = 0
-        for held in self._held.values():
+        pinned = self._pinned
+        for job, held in self._held.items():
             if not held.placed:  # most admitted jobs: every pod bound, nothing held
+                continue
+            if pinned and job in pinned:
                 continue
             for name, nodes in list(held.placed.items()):
                 ps = held.pod_sets[name]

@@ -70,6 +70,10 @@ class JobKind:
     def admission_patch(self, obj: Obj) -> dict[str, Any]:
         return {"spec": {"suspend": False}}
 
+    def preemption_patch(self, obj: Obj) -> dict[str, Any] | None:
+        # The Job controller deletes the active pods of a suspended Job and keeps its progress.
+        return {"spec": {"suspend": True}}
+
     def pod_owner(self, pod: Pod) -> PodOwnership | None:
         for ref in pod.metadata.ownerReferences:
             if ref.controller and ref.kind == "Job":

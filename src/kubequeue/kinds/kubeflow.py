@@ -86,6 +86,14 @@ class ReplicaSpecKind:
             patch["spec"] = {"runPolicy": {"suspend": False}}
         return patch
 
+    def preemption_patch(self, obj: Obj) -> dict[str, Any] | None:
+        """runPolicy.suspend (the operator deletes the pods), and the annotation too where the
+        job uses it, so operator builds that watch only the annotation stop as well."""
+        patch: dict[str, Any] = {"spec": {"runPolicy": {"suspend": True}}}
+        if SUSPEND_ANNOTATION in annotations_of(obj):
+            patch["metadata"] = {"annotations": {SUSPEND_ANNOTATION: "true"}}
+        return patch
+
     def pod_owner(self, pod: Pod) -> PodOwnership | None:
         for ref in pod.metadata.ownerReferences:
             if ref.controller and ref.kind == self.info.kind:

@@ -23,6 +23,7 @@ __all__ = [
     "Obj",
     "PodAlias",
     "PodOwnership",
+    "Preemptible",
 ]
 
 Obj = Mapping[str, Any]
@@ -85,3 +86,14 @@ class HasPodAliases(Protocol):
     alias_kinds: tuple[str, ...]
 
     def pod_aliases(self, obj: Obj) -> list[PodAlias]: ...
+
+
+@runtime_checkable
+class Preemptible(Protocol):
+    """Optional: a kind that can be stopped again after it started, by the same lever that holds
+    it (its operator then deletes its pods and keeps the object). Kinds without it (Spark, Argo)
+    are never preempted or requeued."""
+
+    def preemption_patch(self, obj: Obj) -> dict[str, Any] | None:
+        """The merge patch that suspends the running job (None: this one cannot be)."""
+        ...

@@ -91,6 +91,10 @@ class RayJobKind:
     def admission_patch(self, obj: Obj) -> dict[str, Any]:
         return {"spec": {"suspend": False}}
 
+    def preemption_patch(self, obj: Obj) -> dict[str, Any] | None:
+        # KubeRay deletes the RayCluster and the submitter of a suspended RayJob.
+        return {"spec": {"suspend": True}}
+
     def pod_owner(self, pod: Pod) -> PodOwnership | None:
         """Head and worker pods, by their RayCluster's name (an alias of the RayJob)."""
         labels = pod.metadata.labels

@@ -16,7 +16,7 @@ from kubequeue.identity import KindInfo
 from kubequeue.kube.client import ApiError, KubeClient
 from kubequeue.labels import ADMITTED_AT
 
-__all__ = ["admission_body", "admit", "read"]
+__all__ = ["admission_body", "admit", "read", "stop"]
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,6 +47,31 @@ async def admit(
     """Apply the kind's admission patch; returns the updated object, raises ApiError (409 etc.)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = admission_body(patch, resource_version, now)
+    return await client.merge_patch(info.object_path(namespace, name), body)
+
+
+async def stop(
+    client: KubeClient,
+    info: KindInfo,
+    namespace: str,
+    name: str,
+    resource_version: str,
+    patch: Mapping[str, Any],
+    annotations: Mapping[str, str | None],
+) -> dict[str, Any]:
+    """Suspend a running job again (preemption, requeue): the kind's suspend patch plus our
+    annotations (a None value removes one: the job is no longer admitted), guarded by the
+    resourceVersion it was judged on."""
+    body = _deep_merge({}, patch)
+    body = _deep_merge(
+        body,
+        {
+            "metadata": {
+                "resourceVersion": resource_version,
+                "annotations": {ADMITTED_AT: None, **annotations},
+            }
+        },
+    )
     return await client.merge_patch(info.object_path(namespace, name), body)
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "HANDLER_ERRORS",
     "IS_LEADER",
     "PENDING",
+    "PREEMPTIONS",
     "QUEUE_ADMISSION_WAIT",
     "QUEUE_ADMITTED",
     "QUEUE_BORROWED",
@@ -153,5 +154,11 @@ QUEUE_ADMISSION_WAIT = Histogram(
     "Time from job creation to admission, per queue.",
     ["queue"],
     buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+    registry=REGISTRY,
+)
+PREEMPTIONS = Counter(
+    "kube_queue_preemptions_total",
+    "Admitted jobs suspended again to make room for another (reason: reclaim | priority).",
+    ["kind", "reason"],
     registry=REGISTRY,
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from kubequeue.demand import PodSet
+from kubequeue.demand import PodSet, total_demand
 from kubequeue.identity import JobKey
 from kubequeue.resources import Resources
 
@@ -57,17 +57,30 @@ class QueuedJob:
     # The admission cycle's number for this job's demand shape (pod requests and constraints;
     # see admission/cycle.py), with the pod_sets it was computed for.
     shape: tuple[Sequence[PodSet], int] | None = None
-    # The queue it waits in ("": the implicit default queue), the labels that chose it, its
-    # total demand (every pod of every pod set: what quota counts), and the last quota refusal.
+    # The queue it waits in ("": the implicit default queue), the queue its label names (None:
+    # no label), and the last quota refusal.
     queue: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    demand: Resources = field(default_factory=dict)
+    queue_label: str | None = None
     quota_reason: str = ""
+    # The ledger version (QuotaLedger.version) the quota verdict below was made at, and it:
+    # (allowed, borrows). Until the version moves, the same check gives the same answer.
+    quota_checked: tuple[tuple[int, str, int], bool, bool] | None = None
     over_quota: str = ""  # non-empty when its queue's limits refuse it even with nothing running
+
+    # Total demand, computed when first needed (only jobs in Queue objects need it).
+    _demand: Resources | None = None
 
     @property
     def kind(self) -> str:
         return self.key[0]
+
+    @property
+    def demand(self) -> Resources:
+        """Every pod of every pod set, summed: what the job counts against its queue's quota."""
+        found = self._demand
+        if found is None:
+            found = self._demand = total_demand(self.pod_sets)
+        return found
 
 
 def order_key(job: QueuedJob) -> OrderKey:
@@ -121,6 +134,14 @@ class JobQueue:
         ordered.remove(entry)
         if not ordered:
             del self._lines[line]
+
+    def keys(self) -> list[JobKey]:
+        return list(self._jobs)
+
+    def entries(self, line: str) -> list[tuple[Any, ...]]:
+        """A snapshot of one line's entries, ``(*order key, job)``, in order."""
+        found = self._lines.get(line)
+        return list(found) if found is not None else []
 
     def lines(self) -> list[str]:
         """The queues that have jobs waiting, by name."""

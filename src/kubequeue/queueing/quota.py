@@ -52,6 +52,10 @@ class QuotaLedger:
         self._jobs: dict[JobKey, tuple[str, Resources]] = {}
         self._used: dict[str, Resources] = {}
         self._admitted: dict[str, int] = {}
+        # Moves whenever usage in a tree changes (by root; "" for queues outside any tree): a
+        # verdict for a queue stays valid while its root's version does (the cycle memoises).
+        self.versions: dict[str, int] = {}
+        self.epoch = 0  # moves when the tree itself is replaced
 
     # ----------------------------------------------------------------- bookkeeping
     def set_tree(self, tree: QueueTree) -> None:
@@ -59,11 +63,17 @@ class QuotaLedger:
         self.tree = tree
         self._used = {}
         self._admitted = {}
+        self.epoch += 1
         for queue, demand in self._jobs.values():
             self._add(queue, demand, 1)
 
     def charge(self, job: JobKey, queue: str, demand: Mapping[str, int]) -> None:
-        """Count an admitted job's demand in its queue (replacing what it counted before)."""
+        """Count an admitted job's demand in its queue (replacing what it counted before). Jobs
+        of the implicit queue ("" while no Queue objects exist) are not counted: nothing limits
+        them, and a cluster without Queues pays nothing for the ledger."""
+        if not queue and not self.tree:
+            self.release(job)
+            return
         old = self._jobs.get(job)
         if old is not None and old[0] == queue and old[1] == demand:
             return
@@ -77,9 +87,17 @@ class QuotaLedger:
         if old is not None:
             self._add(old[0], old[1], -1)
 
+    def version(self, queue: str) -> tuple[int, str, int]:
+        """Changes whenever anything that decides ``check(queue, ...)`` may have changed."""
+        node = self.tree.nodes.get(queue)
+        root = node.root if node is not None else ""
+        return self.epoch, root, self.versions.get(root, 0)
+
     def _add(self, queue: str, demand: Resources, sign: int) -> None:
         node = self.tree.nodes.get(queue)
         path = node.path if node is not None else (queue,)
+        root = node.root if node is not None else ""
+        self.versions[root] = self.versions.get(root, 0) + 1
         for name in path:
             used = self._used.setdefault(name, {})
             if sign > 0:
@@ -87,6 +105,10 @@ class QuotaLedger:
             else:
                 sub_into(used, demand)
         self._admitted[queue] = self._admitted.get(queue, 0) + sign
+
+    def demand_of(self, job: JobKey) -> Resources:
+        entry = self._jobs.get(job)
+        return dict(entry[1]) if entry is not None else {}
 
     def queue_of(self, job: JobKey) -> str | None:
         entry = self._jobs.get(job)
@@ -241,6 +263,19 @@ class QuotaLedger:
             if need and own.get(res, 0) + need > node.emin.get(res, 0):
                 return True
         return False
+
+    def guarantee_room(self, queue: str) -> tuple[tuple[str, int], ...]:
+        """(resource, what is left of the queue's effective min) for each resource its tree
+        pools: a demand above that in any of them borrows (``needs_to_borrow``, precomputed
+        for the many jobs of one queue)."""
+        node = self.tree.nodes.get(queue)
+        if node is None:
+            return ()
+        own = self._used.get(queue, {})
+        return tuple(
+            (res, node.emin.get(res, 0) - own.get(res, 0))
+            for res in self.tree.pools.get(node.root, ())
+        )
 
     def shares(self, queue: str) -> tuple[float, ...]:
         """Weighted dominant shares along the queue's path, root first (hierarchical DRF):

@@ -39,6 +39,13 @@ class QueueSpec:
     weight: float = 1.0
     min: Resources | None = None  # guaranteed; None: no resource is guaranteed
     max: Resources | None = None  # ceiling per named resource; unnamed: not limited here
+    # spec.preemption: take back borrowed capacity from queues over their min when this one is
+    # under its min (reclaimWithinTree: Any), preempt lower-priority jobs of this queue
+    # (withinQueue: LowerPriority). Both off by default.
+    reclaim: bool = False
+    preempt_lower_priority: bool = False
+    # spec.podsReadyTimeoutSeconds: overrides --pods-ready-timeout for this queue's jobs.
+    pods_ready_timeout: float | None = None
     problem: str | None = None  # why the spec itself is invalid (InvalidSpec)
 
     @property
@@ -92,6 +99,22 @@ def _parse(name: str, uid: str, spec: Any) -> QueueSpec:
                 f"spec.quota.min {describe({res: amount})} is above spec.quota.max "
                 f"{describe({res: ceiling})}"
             )
+    preemption = spec.get("preemption")
+    if preemption is None:
+        preemption = {}
+    if not isinstance(preemption, dict):
+        raise DemandError("spec.preemption is not an object")
+    reclaim = preemption.get("reclaimWithinTree", "Never")
+    if reclaim not in ("Never", "Any"):
+        raise DemandError("spec.preemption.reclaimWithinTree must be Never or Any")
+    within = preemption.get("withinQueue", "Never")
+    if within not in ("Never", "LowerPriority"):
+        raise DemandError("spec.preemption.withinQueue must be Never or LowerPriority")
+    timeout = spec.get("podsReadyTimeoutSeconds")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 < timeout <= 604800
+    ):
+        raise DemandError("spec.podsReadyTimeoutSeconds must be whole seconds, 1 to 604800")
     return QueueSpec(
         name=name,
         uid=uid,
@@ -101,6 +124,9 @@ def _parse(name: str, uid: str, spec: Any) -> QueueSpec:
         weight=weight,
         min=minimum,
         max=maximum,
+        reclaim=reclaim == "Any",
+        preempt_lower_priority=within == "LowerPriority",
+        pods_ready_timeout=float(timeout) if timeout is not None else None,
     )
 
 

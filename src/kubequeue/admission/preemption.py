@@ -1,0 +1,166 @@
+"""Preemption policy: which admitted jobs a waiting job may take capacity from, in which order,
+and the what-if simulation that picks the fewest needed (capacity/victims.py).
+
+Two reasons to preempt, both opt-in per Queue (``spec.preemption``; ``--preemption`` for the
+implicit queue):
+
+- **reclaim** (``reclaimWithinTree: Any``): the waiting job stays within its queue's guarantee,
+  so it may take back capacity that other queues of its tree borrowed: candidates are admitted
+  jobs of queues that are above their min in a resource the job needs, taken only while their
+  queue is still above its min;
+- **priority** (``withinQueue: LowerPriority``): candidates are admitted jobs of the same queue
+  with a strictly lower priority; the job's quota is then checked with the victims gone.
+
+Never candidates: jobs marked ``kube-queue.io/preemptible: "false"``, jobs of kinds that cannot
+be suspended once running (Spark, Argo), jobs with a write in flight, and jobs already being
+preempted. Cheapest first: lowest priority, then most recently admitted, then smallest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from kubequeue.admission.tracker import AdmittedJob, JobTracker
+from kubequeue.capacity.fit import Assignment
+from kubequeue.capacity.victims import Candidate, Choice, choose_victims
+from kubequeue.identity import JobKey
+from kubequeue.queueing.queue import QueuedJob
+from kubequeue.resources import GPU, Resources
+
+__all__ = ["Preemption", "PreemptionPolicy", "plan_preemption"]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    reclaim: bool = False
+    lower_priority: bool = False
+
+    def __bool__(self) -> bool:
+        return self.reclaim or self.lower_priority
+
+
+@dataclass(slots=True)
+class Preemption:
+    """A decision: stop ``victims`` so ``job`` fits at ``placement`` (empty: it only waits for
+    capacity that is already leaving)."""
+
+    job: QueuedJob
+    victims: list[AdmittedJob]
+    placement: list[Assignment]
+    reason: str
+
+
+def _info(candidate: Candidate) -> tuple[AdmittedJob, str]:
+    info = candidate.info
+    assert isinstance(info, tuple)
+    return info[0], info[1]
+
+
+def _cost(job: AdmittedJob) -> tuple[int, float, int, int]:
+    demand = job.demand
+    return (job.priority, -job.admitted_epoch, demand.get(GPU, 0), demand.get("cpu", 0))
+
+
+@contextmanager
+def _without(tracker: JobTracker, victims: Sequence[Candidate]) -> Iterator[None]:
+    """The quota ledger as if these jobs were gone (put back exactly afterwards; the cycle is
+    synchronous, so nothing else sees the difference)."""
+    ledger = tracker.ledger
+    saved = []
+    for c in victims:
+        queue = ledger.queue_of(c.key)
+        if queue is not None:
+            saved.append((c.key, queue, ledger.demand_of(c.key)))
+            ledger.release(c.key)
+    try:
+        yield
+    finally:
+        for key, queue, demand in saved:
+            ledger.charge(key, queue, demand)
+
+
+def plan_preemption(
+    tracker: JobTracker, job: QueuedJob, policy: PreemptionPolicy
+) -> Preemption | None:
+    """Victims for ``job`` (which does not fit, or is over its queue's quota), or None."""
+    ledger = tracker.ledger
+    queue = job.queue
+    demand = job.demand
+    wanted = {res for res, amount in demand.items() if amount}
+    reclaiming = policy.reclaim and bool(queue) and not ledger.needs_to_borrow(queue, demand)
+    root = tracker.ledger.tree.nodes[queue].root if queue in tracker.ledger.tree.nodes else None
+    feasible: set[str] = set()
+    for ps in job.pod_sets:
+        feasible |= tracker.cache.feasible(ps.constraints)
+    candidates: list[Candidate] = []
+    for admitted in sorted(tracker.preemptible(), key=_cost):
+        if admitted.key == job.key:
+            continue
+        why = ""
+        if policy.lower_priority and admitted.queue == queue and admitted.priority < job.priority:
+            why = "priority"
+        elif (
+            reclaiming
+            and admitted.queue != queue
+            and root is not None
+            and admitted.queue in ledger.tree.nodes
+            and ledger.tree.nodes[admitted.queue].root == root
+            and any(ledger.borrowed(admitted.queue).get(res, 0) > 0 for res in wanted)
+        ):
+            why = "reclaim"
+        if not why:
+            continue
+        footprint = {n: r for n, r in tracker.footprint(admitted.key).items() if n in feasible}
+        if footprint:
+            candidates.append(Candidate(admitted.key, footprint, (admitted, why)))
+    if not candidates and not tracker.leaving_somewhere():
+        return None
+
+    def eligible(candidate: Candidate, chosen: Sequence[Candidate]) -> bool:
+        admitted, why = _info(candidate)
+        if why != "reclaim":
+            return True
+        # Take from a queue only while it is still above its min in what the job needs.
+        gone: Resources = {}
+        for c in chosen:
+            other, _ = _info(c)
+            if other.queue == admitted.queue:
+                for res, amount in other.demand.items():
+                    gone[res] = gone.get(res, 0) + amount
+        borrowed = ledger.borrowed(admitted.queue)
+        return any(borrowed.get(res, 0) - gone.get(res, 0) > 0 for res in wanted)
+
+    def allowed(chosen: Sequence[Candidate]) -> bool:
+        if not queue:
+            return True
+        with _without(tracker, chosen):
+            return ledger.check(queue, demand).allowed
+
+    scratch = tracker.cache.scratch(feasible)
+    choice: Choice | None = choose_victims(
+        job.pod_sets,
+        scratch,
+        candidates,
+        leaving=tracker.leaving(feasible),
+        allowed=allowed,
+        eligible=eligible,
+    )
+    if choice is None:
+        return None
+    victims = [_info(c)[0] for c in choice.victims]
+    reasons = {_info(c)[1] for c in choice.victims}
+    if not victims:
+        reason = "waiting for capacity that is already being freed"
+    elif reasons == {"reclaim"}:
+        reason = f"reclaiming quota borrowed from queue {job.queue}'s guarantee"
+    elif reasons == {"priority"}:
+        reason = "preempting lower-priority jobs of its queue"
+    else:
+        reason = "reclaiming borrowed quota and preempting lower-priority jobs"
+    return Preemption(job, victims, choice.placement, reason)
+
+
+def victim_keys(preemption: Preemption) -> list[JobKey]:
+    return [v.key for v in preemption.victims]
