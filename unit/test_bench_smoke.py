@@ -21,8 +21,9 @@ def keep_structlog_config() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("keep_structlog_config")
-def test_quick_bench_runs_and_never_overcommits(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_quick_bench_runs_and_never_overcommits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "bench.json"
     assert main(["--quick", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -41,8 +42,12 @@ def test_quick_bench_runs_and_never_overcommits(tmp_path: Path,
     # Independent recomputation from the cache's pods and the held reservations: no node's
     # used + reserved exceeds allocatable, and the incremental bookkeeping matches.
     assert run["problems"] == []
-    for event in ("reservation.overcommitted", "reservation.no_node",
-                  "informer.handler_failed", "informer.undecodable"):
+    for event in (
+        "reservation.overcommitted",
+        "reservation.no_node",
+        "informer.handler_failed",
+        "informer.undecodable",
+    ):
         assert event not in run["log_events"], run["log_events"]
 
     for key in ("memory", "memory_trace"):

@@ -33,11 +33,22 @@ TAINT = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
 
 node_st = st.builds(
     lambda i, cpu, gpu, pods, zone, tainted, ready: b.node(
-        f"n{i}", cpu=str(cpu), memory="64Gi", gpu=gpu, pods=str(pods),
-        labels={"zone": zone}, taints=[TAINT] if tainted else None, ready=ready,
+        f"n{i}",
+        cpu=str(cpu),
+        memory="64Gi",
+        gpu=gpu,
+        pods=str(pods),
+        labels={"zone": zone},
+        taints=[TAINT] if tainted else None,
+        ready=ready,
     ),
-    st.integers(0, 10**6), st.integers(1, 64), st.integers(0, 8), st.integers(1, 20),
-    st.sampled_from(["a", "b"]), st.booleans(), st.booleans() | st.just(True),
+    st.integers(0, 10**6),
+    st.integers(1, 64),
+    st.integers(0, 8),
+    st.integers(1, 20),
+    st.sampled_from(["a", "b"]),
+    st.booleans(),
+    st.booleans() | st.just(True),
 )
 shape_st = st.tuples(
     st.integers(0, 8),  # GPUs per pod
@@ -49,11 +60,13 @@ shape_st = st.tuples(
 
 def pod_set(count: int, shape: tuple[int, int, str | None, bool], name: str = "main") -> PodSet:
     gpus, cpu, zone, tolerant = shape
-    template = {"spec": b.pod_spec(
-        {"cpu": f"{cpu}m", "memory": "1Gi", GPU: str(gpus)},
-        node_selector={"zone": zone} if zone else None,
-        tolerations=[{"key": "gpu", "operator": "Exists"}] if tolerant else None,
-    )}
+    template = {
+        "spec": b.pod_spec(
+            {"cpu": f"{cpu}m", "memory": "1Gi", GPU: str(gpus)},
+            node_selector={"zone": zone} if zone else None,
+            tolerations=[{"key": "gpu", "operator": "Exists"}] if tolerant else None,
+        )
+    }
     return pod_set_from_template(name, count, template, "t")
 
 
@@ -68,16 +81,23 @@ def busy_cluster(nodes: list[Any], used: list[tuple[int, int, int]]) -> Capacity
     return cache
 
 
-used_st = st.lists(st.tuples(st.integers(0, 100), st.integers(0, 9), st.integers(0, 70000)),
-                   max_size=30)
+used_st = st.lists(
+    st.tuples(st.integers(0, 100), st.integers(0, 9), st.integers(0, 70000)), max_size=30
+)
 
 
 # --------------------------------------------------------------------------- explain
 @settings(max_examples=400, deadline=None)
-@given(nodes=st.lists(node_st, min_size=1, max_size=80, unique_by=lambda n: n.metadata.name),
-       used=used_st, count=st.integers(0, 40), shape=shape_st, empty=st.booleans())
-def test_single_pod_set_explanation_is_the_general_simulations(nodes, used, count, shape,
-                                                               empty) -> None:
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=80, unique_by=lambda n: n.metadata.name),
+    used=used_st,
+    count=st.integers(0, 40),
+    shape=shape_st,
+    empty=st.booleans(),
+)
+def test_single_pod_set_explanation_is_the_general_simulations(
+    nodes, used, count, shape, empty
+) -> None:
     cache = busy_cluster(nodes, used)
     ps = pod_set(count, shape)
     fast = explain([ps], cache, empty_cluster=empty)
@@ -89,8 +109,9 @@ def test_single_pod_set_explanation_is_the_general_simulations(nodes, used, coun
 
 
 # --------------------------------------------------------------------------- cycle shortcuts
-def world(nodes: list[Any], used: list[tuple[int, int, int]], plain: bool
-          ) -> tuple[JobTracker, AdmissionCycle]:
+def world(
+    nodes: list[Any], used: list[tuple[int, int, int]], plain: bool
+) -> tuple[JobTracker, AdmissionCycle]:
     cache = busy_cluster(nodes, used)
     tracker = JobTracker(cache, JobQueue(), Reservations(cache))
     tracker.register(JOB)
@@ -104,7 +125,9 @@ def world(nodes: list[Any], used: list[tuple[int, int, int]], plain: bool
 def job_obj(i: int, count: int, shape: tuple[int, int, str | None, bool]) -> dict[str, Any]:
     gpus, cpu, zone, tolerant = shape
     return b.job(
-        f"j{i:03d}", {"cpu": f"{cpu}m", "memory": "1Gi", GPU: str(gpus)}, parallelism=count,
+        f"j{i:03d}",
+        {"cpu": f"{cpu}m", "memory": "1Gi", GPU: str(gpus)},
+        parallelism=count,
         created=f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
         node_selector={"zone": zone} if zone else None,
         tolerations=[{"key": "gpu", "operator": "Exists"}] if tolerant else None,
@@ -121,28 +144,41 @@ op_st = st.one_of(
 
 
 @settings(max_examples=200, deadline=None)
-@given(nodes=st.lists(node_st, min_size=1, max_size=70, unique_by=lambda n: n.metadata.name),
-       used=used_st,
-       shapes=st.lists(shape_st, min_size=1, max_size=4),
-       jobs=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12)), min_size=1, max_size=25),
-       gangs=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6), st.integers(0, 3),
-                                st.integers(1, 6)), max_size=4),
-       ops=st.lists(op_st, max_size=25))
-def test_cycle_shortcuts_never_change_what_a_cycle_decides(nodes, used, shapes, jobs, gangs,
-                                                           ops) -> None:
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=70, unique_by=lambda n: n.metadata.name),
+    used=used_st,
+    shapes=st.lists(shape_st, min_size=1, max_size=4),
+    jobs=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12)), min_size=1, max_size=25),
+    gangs=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(1, 6), st.integers(0, 3), st.integers(1, 6)),
+        max_size=4,
+    ),
+    ops=st.lists(op_st, max_size=25),
+)
+def test_cycle_shortcuts_never_change_what_a_cycle_decides(
+    nodes, used, shapes, jobs, gangs, ops
+) -> None:
     worlds = [world(nodes, used, plain) for plain in (False, True)]
-    objs = {f"j{i:03d}": job_obj(i, count, shapes[s % len(shapes)])
-            for i, (s, count) in enumerate(jobs)}
+    objs = {
+        f"j{i:03d}": job_obj(i, count, shapes[s % len(shapes)]) for i, (s, count) in enumerate(jobs)
+    }
     for tracker, _ in worlds:
         for obj in objs.values():
             tracker.observe(JOB, obj)
         for i, (s1, c1, s2, c2) in enumerate(gangs):  # two pod sets: only the general fit
-            tracker.queue.upsert(QueuedJob(
-                key=("Job", "default", f"g{i}"), uid=f"g{i}", resource_version="1", priority=0,
-                created=f"2026-01-01T00:30:{i:02d}Z",
-                pod_sets=[pod_set(c1, shapes[s1 % len(shapes)], "a"),
-                          pod_set(c2, shapes[s2 % len(shapes)], "b")],
-            ))
+            tracker.queue.upsert(
+                QueuedJob(
+                    key=("Job", "default", f"g{i}"),
+                    uid=f"g{i}",
+                    resource_version="1",
+                    priority=0,
+                    created=f"2026-01-01T00:30:{i:02d}Z",
+                    pod_sets=[
+                        pod_set(c1, shapes[s1 % len(shapes)], "a"),
+                        pod_set(c2, shapes[s2 % len(shapes)], "b"),
+                    ],
+                )
+            )
     admitted: list[list[Any]] = [[], []]
     serial = 0
     for op in [("cycle",), *ops, ("cycle",)]:
@@ -152,18 +188,25 @@ def test_cycle_shortcuts_never_change_what_a_cycle_decides(nodes, used, shapes, 
             if op[0] == "cycle":
                 r = cycle.run()
                 admitted[w].extend(r.admitted)
-                outcomes.append((
-                    [(a.job.key, [(x.node, x.count) for x in a.assignments]) for a in r.admitted],
-                    [(n.key, n.reason, n.message) for n in r.notices],
-                    r.evaluated, r.waiting,
-                ))
+                outcomes.append(
+                    (
+                        [
+                            (a.job.key, [(x.node, x.count) for x in a.assignments])
+                            for a in r.admitted
+                        ],
+                        [(n.key, n.reason, n.message) for n in r.notices],
+                        r.evaluated,
+                        r.waiting,
+                    )
+                )
             elif op[0] == "end" and cache._pods:
                 uids = sorted(cache._pods)
                 tracker.pod_changed(cache.delete_pod(uids[op[1] % len(uids)]))
             elif op[0] == "start":
                 n = nodes[op[1] % len(nodes)].metadata.name
-                pod = b.pod(f"s{serial}", n, {GPU: str(op[2]), "cpu": f"{op[3]}m"},
-                            uid=f"start-{serial}")
+                pod = b.pod(
+                    f"s{serial}", n, {GPU: str(op[2]), "cpu": f"{op[3]}m"}, uid=f"start-{serial}"
+                )
                 tracker.pod_changed(cache.upsert_pod(pod, None))
             elif op[0] in ("bind", "retry") and admitted[w]:
                 a = admitted[w].pop(op[1] % len(admitted[w]))
@@ -173,14 +216,21 @@ def test_cycle_shortcuts_never_change_what_a_cycle_decides(nodes, used, shapes, 
                 if a.job.key[2] not in objs:
                     continue  # a two-set job: stays admitted and held
                 obj = objs[a.job.key[2]]
-                obj = {**obj, "spec": {**obj["spec"], "suspend": False},
-                       "metadata": {**obj["metadata"], "annotations": {ADMITTED_AT: "now"}}}
+                obj = {
+                    **obj,
+                    "spec": {**obj["spec"], "suspend": False},
+                    "metadata": {**obj["metadata"], "annotations": {ADMITTED_AT: "now"}},
+                }
                 tracker.admission_succeeded(a.job.key, JOB, obj)
                 for x in a.assignments:
                     for k in range(x.count):
-                        pod = b.pod(f"{a.job.key[2]}-{x.node}-{k}", x.node,
-                                    {r: f"{v}m" for r, v in x.request.items() if r != "pods"},
-                                    owner_job=a.job.key[2], uid=f"{a.job.key[2]}-{x.node}-{k}")
+                        pod = b.pod(
+                            f"{a.job.key[2]}-{x.node}-{k}",
+                            x.node,
+                            {r: f"{v}m" for r, v in x.request.items() if r != "pods"},
+                            owner_job=a.job.key[2],
+                            uid=f"{a.job.key[2]}-{x.node}-{k}",
+                        )
                         tracker.pod_changed(cache.upsert_pod(pod, (a.job.key, None)))
         if outcomes:
             assert outcomes[0] == outcomes[1], op
@@ -189,8 +239,13 @@ def test_cycle_shortcuts_never_change_what_a_cycle_decides(nodes, used, shapes, 
 
 # --------------------------------------------------------------------------- cache bookkeeping
 cache_op_st = st.one_of(
-    st.tuples(st.just("pod"), st.integers(0, 30), st.integers(0, 12), st.integers(0, 5),
-              st.integers(0, 40000)),
+    st.tuples(
+        st.just("pod"),
+        st.integers(0, 30),
+        st.integers(0, 12),
+        st.integers(0, 5),
+        st.integers(0, 40000),
+    ),
     st.tuples(st.just("end"), st.integers(0, 10**6)),
     st.tuples(st.just("reserve"), st.integers(0, 12), st.integers(0, 3), st.integers(1, 3)),
     st.tuples(st.just("unreserve"), st.integers(0, 10**6)),
@@ -208,8 +263,9 @@ def test_cache_bookkeeping_matches_a_recomputation(ops) -> None:
     for op in ops:
         before = cache.freed_generation
         if op[0] == "pod":
-            pod = b.pod(f"p{op[1]}", f"n{op[2]}", {GPU: str(op[3]), "cpu": f"{op[4]}m"},
-                        uid=f"p{op[1]}")
+            pod = b.pod(
+                f"p{op[1]}", f"n{op[2]}", {GPU: str(op[3]), "cpu": f"{op[4]}m"}, uid=f"p{op[1]}"
+            )
             cache.upsert_pod(pod, None)
         elif op[0] == "end" and cache._pods:
             uids = sorted(cache._pods)
@@ -263,8 +319,11 @@ def test_cache_bookkeeping_matches_a_recomputation(ops) -> None:
 
 
 # --------------------------------------------------------------------------- pod request memo
-def spec(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None,
-         overhead: dict[str, Any] | None = None) -> PodSpec:
+def spec(
+    containers: list[dict[str, Any]],
+    init: list[dict[str, Any]] | None = None,
+    overhead: dict[str, Any] | None = None,
+) -> PodSpec:
     raw: dict[str, Any] = {"containers": containers}
     if init:
         raw["initContainers"] = init
@@ -275,12 +334,18 @@ def spec(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = N
 
 def test_pod_request_memo_answers_what_the_computation_does() -> None:
     c1 = b.container({"cpu": "1"}, {"memory": "1Gi", "cpu": "2"})
-    split = [b.container({"cpu": "1"}, {"memory": "1Gi"}),
-             b.container({"cpu": "2"}, {}, name="side")]
-    merged = [b.container({"cpu": "1"}, {"memory": "1Gi", "cpu": "2"}),
-              b.container({}, {}, name="side")]
+    split = [
+        b.container({"cpu": "1"}, {"memory": "1Gi"}),
+        b.container({"cpu": "2"}, {}, name="side"),
+    ]
+    merged = [
+        b.container({"cpu": "1"}, {"memory": "1Gi", "cpu": "2"}),
+        b.container({}, {}, name="side"),
+    ]
     specs = [
-        spec([c1]), spec(split), spec(merged),
+        spec([c1]),
+        spec(split),
+        spec(merged),
         spec([c1], init=[b.container({"cpu": "3"}, name="init")]),
         spec([c1], init=[b.container({"cpu": "3"}, name="init", restart_policy="Always")]),
         spec([c1], overhead={"cpu": "250m"}),
@@ -321,17 +386,26 @@ def line(type_: str, obj: dict[str, Any]) -> bytes:
 
 def test_informer_dispatch_one_pass_and_fallback_paths() -> None:
     rec = Recorder()
-    inf: Informer[Pod] = Informer(None, "pods-test", "/api/v1/pods",  # type: ignore[arg-type]
-                                  struct_codec(Pod, lambda p: p.metadata.uid), rec)
-    pod = {"metadata": {"uid": "u1", "resourceVersion": "7", "name": "p"},
-           "spec": {"nodeName": "n", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}}
+    inf: Informer[Pod] = Informer(
+        None,
+        "pods-test",
+        "/api/v1/pods",  # type: ignore[arg-type]
+        struct_codec(Pod, lambda p: p.metadata.uid),
+        rec,
+    )
+    pod = {
+        "metadata": {"uid": "u1", "resourceVersion": "7", "name": "p"},
+        "spec": {"nodeName": "n", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"},
+    }
     inf._dispatch(line("ADDED", pod))
     newer = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "8"}}
     inf._dispatch(line("MODIFIED", newer))
     assert inf.resource_version == "8"
     # A bookmark whose object does not even decode as a Pod (containers: null).
-    inf._dispatch(line("BOOKMARK", {"metadata": {"resourceVersion": "9"},
-                                    "spec": {"containers": None}}))
+    inf._dispatch(
+        line("BOOKMARK", {"metadata": {"resourceVersion": "9"}, "spec": {"containers": None}})
+    )
     assert inf.resource_version == "9"
     inf._dispatch(line("ADDED", {"metadata": {"uid": 5}}))  # undecodable: skipped
     inf._dispatch(line("DELETED", pod))
@@ -342,8 +416,18 @@ def test_informer_dispatch_one_pass_and_fallback_paths() -> None:
     with pytest.raises(_Gone):
         inf._dispatch(line("ERROR", {"kind": "Status", "status": "Failure", "code": 410}))
     with pytest.raises(ApiError):
-        inf._dispatch(line("ERROR", {"kind": "Status", "status": "Failure", "code": 500,
-                                     "reason": "InternalError", "message": "boom"}))
+        inf._dispatch(
+            line(
+                "ERROR",
+                {
+                    "kind": "Status",
+                    "status": "Failure",
+                    "code": 500,
+                    "reason": "InternalError",
+                    "message": "boom",
+                },
+            )
+        )
 
 
 def test_a_gang_is_tried_again_once_a_freed_node_can_take_one_of_its_pods() -> None:
@@ -351,10 +435,14 @@ def test_a_gang_is_tried_again_once_a_freed_node_can_take_one_of_its_pods() -> N
     busy = [b.pod(f"busy{i}", n, {GPU: "4"}, uid=f"busy{i}") for i, n in enumerate("ab")]
     for pod in busy:
         tracker.cache.upsert_pod(pod, None)
-    gang = QueuedJob(key=("Job", "default", "gang"), uid="g", resource_version="1", priority=0,
-                     created="2026-01-01T00:00:00Z",
-                     pod_sets=[pod_set(1, (2, 1000, None, False), "x"),
-                               pod_set(1, (2, 1000, None, False), "y")])
+    gang = QueuedJob(
+        key=("Job", "default", "gang"),
+        uid="g",
+        resource_version="1",
+        priority=0,
+        created="2026-01-01T00:00:00Z",
+        pod_sets=[pod_set(1, (2, 1000, None, False), "x"), pod_set(1, (2, 1000, None, False), "y")],
+    )
     tracker.queue.upsert(gang)
     assert cycle.run().admitted == []
     # Capacity frees on a node that takes one pod: the gang is evaluated (and fits) again.
@@ -409,8 +497,7 @@ def test_lazy_index_gives_candidates_in_the_order_an_eager_index_would(ops) -> N
         if op[0] == "pod":
             node = f"n{op[2]}"
             before = cache._pods.get(f"p{op[1]}")
-            pod = b.pod(f"p{op[1]}", node, {GPU: str(op[3]), "cpu": f"{op[4]}m"},
-                        uid=f"p{op[1]}")
+            pod = b.pod(f"p{op[1]}", node, {GPU: str(op[3]), "cpu": f"{op[4]}m"}, uid=f"p{op[1]}")
             request = demand.pod_request(pod.spec)
             same = before is not None and before.node == node and before.request is request
             cache.upsert_pod(pod, None)

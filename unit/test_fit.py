@@ -251,8 +251,15 @@ small_used_st = st.lists(
 
 def small_instance(nodes, sets, used, reverse=False) -> tuple[CapacityCache, list[PodSet]]:
     made = [
-        b.node(f"n{i}", cpu=str(cpu), memory=f"{mem}Gi", gpu=gpu, pods=slots,
-               labels={"zone": zone}, taints=[ZONE_TAINT] if tainted else None)
+        b.node(
+            f"n{i}",
+            cpu=str(cpu),
+            memory=f"{mem}Gi",
+            gpu=gpu,
+            pods=slots,
+            labels={"zone": zone},
+            taints=[ZONE_TAINT] if tainted else None,
+        )
         for i, (cpu, mem, gpu, slots, zone, tainted) in enumerate(nodes)
     ]
     cache = cluster(*(reversed(made) if reverse else made))
@@ -296,8 +303,11 @@ def brute_force(
             return []
         ps = sets[i]
         for split in splits(ps.count, sorted(cache.feasible(ps.constraints))):
-            if all(amount * k <= free[n].get(res, 0)
-                   for n, k in split for res, amount in ps.request.items()):
+            if all(
+                amount * k <= free[n].get(res, 0)
+                for n, k in split
+                for res, amount in ps.request.items()
+            ):
                 for n, k in split:
                     for res, amount in ps.request.items():
                         free[n][res] = free[n].get(res, 0) - amount * k
@@ -384,14 +394,18 @@ def check_instance(nodes, sets, used) -> str:
 
 def alone_capacity(ps: PodSet, cache: CapacityCache, empty_cluster: bool) -> int:
     free = view(cache, empty_cluster)
-    return min(ps.count, sum(
-        max_copies(ps.request, free[n], ps.count) for n in cache.feasible(ps.constraints)
-    ))
+    return min(
+        ps.count,
+        sum(max_copies(ps.request, free[n], ps.count) for n in cache.feasible(ps.constraints)),
+    )
 
 
 @settings(max_examples=1000, deadline=None)
-@given(nodes=st.lists(small_node_st, min_size=1, max_size=MAX_NODES),
-       sets=st.lists(small_set_st, min_size=1, max_size=MAX_SETS), used=small_used_st)
+@given(
+    nodes=st.lists(small_node_st, min_size=1, max_size=MAX_NODES),
+    sets=st.lists(small_set_st, min_size=1, max_size=MAX_SETS),
+    used=small_used_st,
+)
 def test_gang_search_finds_a_placement_whenever_one_exists(nodes, sets, used) -> None:
     check_instance(nodes, sets, used)
 
@@ -402,14 +416,32 @@ def test_gang_search_on_a_seeded_sweep_of_small_instances() -> None:
     rng = random.Random(7)
     seen: Counter[str] = Counter()
     for _ in range(3000):
-        nodes = [(rng.randint(0, 8), rng.randint(0, 8), rng.randint(0, 4),
-                  rng.choice(["110", "110", "110", "2", "1"]), rng.choice("ab"),
-                  rng.random() < 0.2) for _ in range(rng.randint(1, MAX_NODES))]
-        sets = [(rng.randint(1, MAX_COUNT), rng.choice([0, 500, 1000, 2000, 3000]),
-                 rng.randint(0, 3), rng.randint(0, 2), rng.choice([None, None, None, "a", "b"]),
-                 rng.random() < 0.5) for _ in range(rng.randint(1, MAX_SETS))]
-        used = [(rng.randint(0, MAX_NODES - 1), rng.randint(0, 2000), rng.randint(0, 2))
-                for _ in range(rng.randint(0, 3))]
+        nodes = [
+            (
+                rng.randint(0, 8),
+                rng.randint(0, 8),
+                rng.randint(0, 4),
+                rng.choice(["110", "110", "110", "2", "1"]),
+                rng.choice("ab"),
+                rng.random() < 0.2,
+            )
+            for _ in range(rng.randint(1, MAX_NODES))
+        ]
+        sets = [
+            (
+                rng.randint(1, MAX_COUNT),
+                rng.choice([0, 500, 1000, 2000, 3000]),
+                rng.randint(0, 3),
+                rng.randint(0, 2),
+                rng.choice([None, None, None, "a", "b"]),
+                rng.random() < 0.5,
+            )
+            for _ in range(rng.randint(1, MAX_SETS))
+        ]
+        used = [
+            (rng.randint(0, MAX_NODES - 1), rng.randint(0, 2000), rng.randint(0, 2))
+            for _ in range(rng.randint(0, 3))
+        ]
         seen[check_instance(nodes, sets, used)] += 1
     assert seen["search"] >= 5, seen  # placements the greedy pass alone misses
     assert seen["greedy"] >= 300, seen
@@ -425,6 +457,7 @@ def test_search_budget_covers_the_exact_bounds() -> None:
     charging it as private), plus one per value tried at a node (counted below with no pruning,
     so an upper bound), plus one probe per later shape for each value above zero. The first
     level is entered once, each deeper one once per split of the level above."""
+
     def tried(m: int, r: int) -> tuple[int, int, int]:
         """(values above zero, zeros, complete splits) tried for r pods over m nodes."""
         positive = zeros = splits = 0
@@ -456,9 +489,9 @@ def test_one_small_pod_set_plus_a_big_one_is_exact_on_many_nodes() -> None:
     """The usual gang (a launcher, head or driver plus workers) costs ~3 steps per node the
     small set may use, so the search settles it on about a thousand distinct nodes: here no
     node can take the launcher without losing the worker it must hold, so every node is tried."""
-    cache = cluster(*(
-        b.node(f"n{i:04d}", cpu="1400m", memory=f"{1000 + i}Mi", gpu=1) for i in range(1000)
-    ))
+    cache = cluster(
+        *(b.node(f"n{i:04d}", cpu="1400m", memory=f"{1000 + i}Mi", gpu=1) for i in range(1000))
+    )
     launcher = pod_set_from_template("launcher", 1, {"spec": b.pod_spec({"cpu": "500m"})}, "t")
     workers = pod_set_from_template(
         "workers", 1000, {"spec": b.pod_spec({"cpu": "1", GPU: "1"})}, "t"
@@ -521,10 +554,14 @@ def test_together_but_not_alone_is_explained_truthfully() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(nodes=st.lists(node_st, min_size=1, max_size=80, unique_by=lambda n: n.metadata.name),
-       used=st.lists(st.tuples(st.integers(0, 79), st.integers(0, 8), st.integers(0, 8000)),
-                     max_size=20),
-       ps=set_st, zeros=st.integers(0, 2))
+@given(
+    nodes=st.lists(node_st, min_size=1, max_size=80, unique_by=lambda n: n.metadata.name),
+    used=st.lists(
+        st.tuples(st.integers(0, 79), st.integers(0, 8), st.integers(0, 8000)), max_size=20
+    ),
+    ps=set_st,
+    zeros=st.integers(0, 2),
+)
 def test_one_pod_set_is_placed_as_before(nodes, used, ps, zeros) -> None:
     """(c) With one pod set (and any empty ones) the greedy pass is exact and is all that runs:
     the same placement as before, and place_counted's count is the most that fit."""

@@ -298,9 +298,7 @@ def test_rayjob_pods_are_tied_by_cluster_name_and_aliases() -> None:
     assert kind.pod_aliases(rayjob(submissionMode="HTTPMode")) == []
 
 
-def _ray_pod(
-    name: str, labels: dict[str, str], owner: str, owner_name: str, gpu: int = 0
-) -> Pod:
+def _ray_pod(name: str, labels: dict[str, str], owner: str, owner_name: str, gpu: int = 0) -> Pod:
     requests: dict[str, str] = {"cpu": "1", "memory": "1Gi"}
     if gpu:
         requests[GPU] = str(gpu)

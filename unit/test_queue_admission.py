@@ -3,116 +3,11 @@ teams compete, what a queue at its max or a StrictFIFO head does, unknown queues
 
 from __future__ import annotations
 
-from typing import Any
-
-from kubequeue.admission.cycle import AdmissionCycle
-from kubequeue.admission.tracker import JobTracker
-from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.reservations import Reservations
-from kubequeue.kinds.job import JobKind
-from kubequeue.labels import ADMITTED_AT, BORROWING, QUEUE_ANNOTATION
-from kubequeue.queueing.queue import JobQueue
+from kubequeue.labels import BORROWING, QUEUE_ANNOTATION
 from kubequeue.queueing.spec import parse_queue
 from kubequeue.resources import GPU
 from unit import builders as b
-
-JOB = JobKind()
-
-
-def queue(name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": spec}
-
-
-TWO_TEAMS = [
-    queue("research"),
-    queue(
-        "team-a",
-        parent="research",
-        quota={"min": {GPU: 8}, "max": {GPU: 16}},
-        namespaceSelector={"matchLabels": {"team": "a"}},
-    ),
-    queue(
-        "team-b",
-        parent="research",
-        quota={"min": {GPU: 8}, "max": {GPU: 16}},
-        namespaceSelector={"matchLabels": {"team": "b"}},
-    ),
-]
-
-
-def make(queues: list[dict[str, Any]], *nodes: Any) -> tuple[JobTracker, AdmissionCycle]:
-    cache = CapacityCache()
-    for n in nodes:
-        cache.upsert_node(n)
-    tracker = JobTracker(cache, JobQueue(), Reservations(cache))
-    tracker.register(JOB)
-    tracker.set_priority_classes({}, 0)
-    tracker.set_namespace("ns-a", {"team": "a"})
-    tracker.set_namespace("ns-b", {"team": "b"})
-    tracker.set_queues(parse_queue(q) for q in queues)
-    return tracker, AdmissionCycle(tracker)
-
-
-def gpu_job(name: str, ns: str, gpus: int, second: int, **kw: Any) -> dict[str, Any]:
-    return b.job(
-        name,
-        {"cpu": "1", GPU: str(gpus)},
-        namespace=ns,
-        created=f"2026-01-01T00:00:{second:02d}Z",
-        **kw,
-    )
-
-
-class Cluster:
-    """The tracker plus the API server's part: admitted jobs run (their pods bind where the
-    placement put them) and finish on request."""
-
-    def __init__(self, queues: list[dict[str, Any]], *nodes: Any) -> None:
-        self.tracker, self.cycle = make(queues, *nodes)
-        self.gpus: dict[str, int] = {}
-        self.pods: dict[str, list[str]] = {}
-        self.objects: dict[str, dict[str, Any]] = {}
-
-    def submit(self, name: str, ns: str, gpus: int, second: int, **kw: Any) -> None:
-        self.gpus[name] = gpus
-        self.tracker.observe(JOB, gpu_job(name, ns, gpus, second, **kw))
-
-    def cycle_admits(self) -> list[str]:
-        result = self.cycle.run()
-        self.last = result
-        names = []
-        for a in result.admitted:
-            _, ns, name = a.job.key
-            obj = gpu_job(name, ns, self.gpus[name], 0)
-            obj["spec"]["suspend"] = False
-            annotations = dict(a.job.admission_patch.get("metadata", {}).get("annotations", {}))
-            annotations[ADMITTED_AT] = "now"
-            obj["metadata"]["annotations"] = annotations
-            self.objects[name] = obj
-            self.tracker.admission_succeeded(a.job.key, JOB, obj)
-            uids = []
-            for placed in a.assignments:
-                for i in range(placed.count):
-                    pod = b.pod(
-                        f"{name}-{i}",
-                        placed.node,
-                        {"cpu": "1", GPU: str(self.gpus[name])},
-                        namespace=ns,
-                        owner_job=name,
-                    )
-                    key = (("Job", ns, name), None)
-                    self.tracker.pod_changed(self.tracker.cache.upsert_pod(pod, key))
-                    uids.append(pod.metadata.uid)
-            self.pods[name] = uids
-            names.append(name)
-        return names
-
-    def finish(self, name: str) -> None:
-        obj = self.objects.pop(name)
-        obj["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-        for uid in self.pods.pop(name):
-            self.tracker.pod_changed(self.tracker.cache.delete_pod(uid))
-        self.tracker.observe(JOB, obj)
+from unit.simcluster import JOB, TWO_TEAMS, Cluster, make, queue
 
 
 def test_one_team_borrows_everything_then_the_other_gets_freed_gpus_until_its_min() -> None:

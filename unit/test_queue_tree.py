@@ -53,8 +53,10 @@ def test_a_queue_spec_reads_every_field() -> None:
         ({"quota": ["x"]}, "spec.quota is not an object"),
         ({"parent": 7}, "spec.parent must be"),
         ({"parent": "self"}, "names the queue itself"),
-        ({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}},
-         "operator must be one of"),
+        (
+            {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}},
+            "operator must be one of",
+        ),
         ({"namespaceSelector": {"matchLabels": {"a": 1}}}, "string values"),
     ],
 )
