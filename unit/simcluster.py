@@ -77,6 +77,9 @@ class Cluster:
         self.created: dict[str, int] = {}
         self.extra: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, list[str]] = {}
+        # Where the "scheduler" binds a job's pods, when not where kube-queue's placement said
+        # (the real scheduler scores nodes its own way).
+        self.bind_to: dict[str, str] = {}
         self.objects: dict[str, dict[str, Any]] = {}
 
     def submit(self, name: str, ns: str, gpus: int, second: int, **kw: Any) -> None:
@@ -105,7 +108,7 @@ class Cluster:
                 for i in range(placed.count):
                     pod = b.pod(
                         f"{name}-{i}",
-                        placed.node,
+                        self.bind_to.get(name, placed.node),
                         {"cpu": "1", GPU: str(self.gpus[name])},
                         namespace=ns,
                         owner_job=name,

@@ -63,6 +63,23 @@ def test_a_team_under_its_min_reclaims_exactly_what_it_needs_from_the_borrower()
     assert c.last.preemptions == []
 
 
+def test_a_reclaim_finds_borrowed_jobs_that_share_a_node_when_the_cheapest_do_not() -> None:
+    """The scheduler spread team-a's jobs (a0, a2 on n1; a1, a3 on n2): the two most recent,
+    a2 and a3, are on different nodes and freeing them makes no room for an 8-GPU pod, and
+    team-a borrowed only 8 GPUs, so a reclaim may take only two jobs: the two on one node."""
+    c = two_nodes()
+    c.bind_to = {"a0": "n1", "a1": "n2", "a2": "n1", "a3": "n2"}
+    for i in range(4):
+        c.submit(f"a{i}", "ns-a", 4, i)
+    assert c.cycle_admits() == ["a0", "a1", "a2", "a3"]
+    c.submit("b0", "ns-b", 8, 10)
+    c.cycle_admits()
+    [plan] = c.last.preemptions
+    victims = sorted(v.key[2] for v in plan.victims)
+    assert victims in (["a0", "a2"], ["a1", "a3"])
+    assert len(victims) == 2, "never more than team-a borrowed"
+
+
 def test_the_preemptor_waits_for_leaving_pods_instead_of_preempting_more_after_a_restart() -> None:
     c = two_nodes()
     for i in range(4):

@@ -52,6 +52,19 @@ class Preemption:
     reason: str
 
 
+# Nodes a reclaim tries candidates node by node on, at most (each try is one simulation pass).
+_NODE_TRIES = 16
+
+
+def _nodes_by_room(candidates: Sequence[Candidate]) -> list[str]:
+    """Nodes holding candidates, those where the candidates hold the most first."""
+    held: dict[str, int] = {}
+    for c in candidates:
+        for node, amounts in c.footprint.items():
+            held[node] = held.get(node, 0) + amounts.get(GPU, 0) * 1000 + amounts.get("cpu", 0)
+    return sorted(held, key=lambda n: (-held[n], n))
+
+
 def _info(candidate: Candidate) -> tuple[AdmittedJob, str]:
     info = candidate.info
     assert isinstance(info, tuple)
@@ -138,15 +151,28 @@ def plan_preemption(
         with _without(tracker, chosen):
             return ledger.check(queue, demand).allowed
 
-    scratch = tracker.cache.scratch(feasible)
-    choice: Choice | None = choose_victims(
-        job.pod_sets,
-        scratch,
-        candidates,
-        leaving=tracker.leaving(feasible),
-        allowed=allowed,
-        eligible=eligible,
-    )
+    leaving = tracker.leaving(feasible)
+
+    def attempt(order: Sequence[Candidate]) -> Choice | None:
+        return choose_victims(
+            job.pod_sets,
+            tracker.cache.scratch(feasible),
+            order,
+            leaving=leaving,
+            allowed=allowed,
+            eligible=eligible,
+        )
+
+    choice = attempt(candidates)
+    if choice is None and reclaiming:
+        # A reclaim may take only what a queue borrowed, so the cheapest candidates can run
+        # out of budget on the wrong nodes. Try again node by node: that node's candidates
+        # first (cheapest first), then the rest.
+        for node in _nodes_by_room(candidates)[:_NODE_TRIES]:
+            first = [c for c in candidates if node in c.footprint]
+            choice = attempt(first + [c for c in candidates if node not in c.footprint])
+            if choice is not None:
+                break
     if choice is None:
         return None
     victims = [_info(c)[0] for c in choice.victims]
