@@ -454,6 +454,12 @@ class Cluster:
             "spec": spec,
             "status": {
                 "phase": phase,
+                "conditions": [
+                    {"type": t, "status": "True", "lastProbeTime": None,
+                     "lastTransitionTime": w.created}
+                    for t in ("PodReadyToStartContainers", "Initialized", "Ready",
+                              "ContainersReady", "PodScheduled")
+                ],
                 "hostIP": "10.0.0.1", "qosClass": "Burstable",
                 "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0,
                                        "image": spec["containers"][0]["image"],

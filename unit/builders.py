@@ -85,7 +85,9 @@ def pod(
     phase: str = "Running",
     owner_job: str | None = None,
     uid: str | None = None,
+    ready: bool | None = None,
 ) -> Pod:
+    """A bound pod; Running pods are Ready unless ``ready=False`` (a failing readiness probe)."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -99,7 +101,15 @@ def pod(
     raw = {
         "metadata": meta,
         "spec": {"nodeName": node_name, **pod_spec(requests)},
-        "status": {"phase": phase},
+        "status": {
+            "phase": phase,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if (phase == "Running" and ready is not False) else "False",
+                }
+            ],
+        },
     }
     return msgspec.convert(raw, Pod)
 

@@ -78,8 +78,11 @@ class Cluster:
         self.extra: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, list[str]] = {}
         # Where the "scheduler" binds a job's pods, when not where kube-queue's placement said
-        # (the real scheduler scores nodes its own way).
+        # (the real scheduler scores nodes its own way), and jobs whose pods never start.
         self.bind_to: dict[str, str] = {}
+        self.stuck: set[str] = set()
+        # Annotations a job keeps across admissions (what kube-queue wrote when it stopped it).
+        self.kept: dict[str, dict[str, str]] = {}
         self.objects: dict[str, dict[str, Any]] = {}
 
     def submit(self, name: str, ns: str, gpus: int, second: int, **kw: Any) -> None:
@@ -98,7 +101,8 @@ class Cluster:
                 name, ns, self.gpus[name], self.created.get(name, 0), **self.extra.get(name, {})
             )
             obj["spec"]["suspend"] = False
-            annotations = dict(a.job.admission_patch.get("metadata", {}).get("annotations", {}))
+            annotations = dict(self.kept.get(name, {}))
+            annotations.update(a.job.admission_patch.get("metadata", {}).get("annotations", {}))
             annotations[ADMITTED_AT] = "now"
             obj["metadata"]["annotations"] = annotations
             self.objects[name] = obj
@@ -112,6 +116,7 @@ class Cluster:
                         {"cpu": "1", GPU: str(self.gpus[name])},
                         namespace=ns,
                         owner_job=name,
+                        phase="Pending" if name in self.stuck else "Running",
                     )
                     key = (("Job", ns, name), None)
                     self.tracker.pod_changed(self.tracker.cache.upsert_pod(pod, key))
@@ -143,6 +148,29 @@ class Cluster:
                 obj["metadata"]["annotations"] = annotations
                 self.tracker.observe(JOB, obj)
                 names.append(name)
+        return sorted(names)
+
+    def requeued(self, now: str) -> list[str]:
+        """Apply the last cycle's requeues as the API server would."""
+        from kubequeue.labels import GAVE_UP, REQUEUED_AT, REQUEUES
+
+        names = []
+        for requeue in self.last.requeues:
+            name = requeue.job.key[2]
+            obj = self.objects[name]
+            obj["spec"]["suspend"] = True
+            annotations = dict(obj["metadata"]["annotations"])
+            annotations.pop(ADMITTED_AT, None)
+            annotations[REQUEUES] = str(requeue.attempt)
+            annotations[REQUEUED_AT] = now
+            if requeue.gave_up:
+                from kubequeue.kinds.common import spec_hash
+
+                annotations[GAVE_UP] = spec_hash(obj)
+            obj["metadata"]["annotations"] = annotations
+            self.kept[name] = {k: v for k, v in annotations.items() if k != ADMITTED_AT}
+            self.tracker.observe(JOB, obj)
+            names.append(name)
         return sorted(names)
 
     def pods_leave(self, name: str) -> None:

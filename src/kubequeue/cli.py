@@ -107,6 +107,26 @@ def _parser() -> argparse.ArgumentParser:
         "does not fit preempt lower-priority jobs (Queues have spec.preemption)",
     )
     run.add_argument(
+        "--pods-ready-timeout",
+        type=float,
+        default=600.0,
+        help="seconds after admission by which every pod of a job must be Running and Ready, "
+        "or the job is suspended and queued again (0: never)",
+    )
+    run.add_argument(
+        "--requeue-limit",
+        type=int,
+        default=5,
+        help="requeues of a job whose pods never start before kube-queue gives up on it",
+    )
+    run.add_argument(
+        "--requeue-backoff",
+        type=float,
+        default=60.0,
+        help="seconds a requeued job waits before it may be admitted again (doubles each time, "
+        "at most 30 min)",
+    )
+    run.add_argument(
         "--preemption-timeout",
         type=float,
         default=300.0,
@@ -203,6 +223,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         resync_seconds=args.resync_period,
         preemption=args.preemption,
         preemption_timeout=args.preemption_timeout,
+        pods_ready_timeout=args.pods_ready_timeout,
+        requeue_limit=args.requeue_limit,
+        requeue_backoff=args.requeue_backoff,
         **extra,
     )
 

@@ -26,6 +26,7 @@ import structlog
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.loop import AdmissionLoop
 from kubequeue.admission.preemption import PreemptionPolicy
+from kubequeue.admission.requeue import RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
@@ -98,6 +99,11 @@ class Controller:
             starvation_seconds=settings.starvation_seconds,
             preemption=PreemptionPolicy(lower_priority=settings.preemption == "lower-priority"),
             preemption_timeout=settings.preemption_timeout,
+            requeue=RequeuePolicy(
+                timeout=settings.pods_ready_timeout,
+                limit=settings.requeue_limit,
+                backoff=settings.requeue_backoff,
+            ),
         )
         self.loop = AdmissionLoop(
             self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight

@@ -9,11 +9,14 @@ from __future__ import annotations
 __all__ = [
     "ADMITTED_AT",
     "BORROWING",
+    "GAVE_UP",
     "IGNORE",
     "PREEMPTED_BY",
     "PREEMPTIBLE",
     "QUEUE_ANNOTATION",
     "QUEUE_LABEL",
+    "REQUEUED_AT",
+    "REQUEUES",
     "SUSPEND_ANNOTATION",
 ]
 
@@ -37,3 +40,10 @@ BORROWING = "kube-queue.io/borrowing"
 PREEMPTED_BY = "kube-queue.io/preempted-by"
 # Users set this to "false" (annotation or label) so kube-queue never preempts the job.
 PREEMPTIBLE = "kube-queue.io/preemptible"
+# Written when kube-queue suspends an admitted job whose pods did not all start in time: how
+# many times that happened, and when (the backoff before the next admission counts from it).
+REQUEUES = "kube-queue.io/requeues"
+REQUEUED_AT = "kube-queue.io/requeued-at"
+# Written after the last allowed requeue: a hash of the job's spec. The job waits (GaveUp)
+# until its spec differs from that (a user edited it) or it is re-created.
+GAVE_UP = "kube-queue.io/gave-up"

@@ -26,6 +26,8 @@ __all__ = [
     "ObjectMeta",
     "OwnerReference",
     "Pod",
+    "PodCondition",
+    "PodDiagnosis",
     "PodSpec",
     "PodTemplateSpec",
     "Quantities",
@@ -110,8 +112,26 @@ class PodSpec(msgspec.Struct):
     priority: int | None = None
 
 
+class PodCondition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
+
+
 class PodStatus(msgspec.Struct):
     phase: str = ""
+    # Ready tells whether an admitted job's pods really started (requeue of jobs that never do).
+    conditions: list[PodCondition] = []
+
+    @property
+    def started(self) -> bool:
+        """Running and Ready (Ready follows the readiness probe where a container has one, and
+        is simply "all containers running" where none has)."""
+        if self.phase != "Running":
+            return False
+        for condition in self.conditions:
+            if condition.type == "Ready":
+                return condition.status == "True"
+        return False
 
 
 class Pod(msgspec.Struct):
@@ -178,3 +198,55 @@ T = TypeVar("T")
 class ObjectList(msgspec.Struct, Generic[T]):
     metadata: ListMeta = msgspec.field(default_factory=ListMeta)
     items: list[T] = []
+
+
+class _DiagnosisCondition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+class _Waiting(msgspec.Struct):
+    reason: str = ""
+    message: str = ""
+
+
+class _ContainerState(msgspec.Struct):
+    waiting: _Waiting | None = None
+
+
+class _ContainerStatus(msgspec.Struct):
+    name: str = ""
+    state: _ContainerState = msgspec.field(default_factory=_ContainerState)
+
+
+class _DiagnosisStatus(msgspec.Struct):
+    phase: str = ""
+    conditions: list[_DiagnosisCondition] = []
+    containerStatuses: list[_ContainerStatus] = []
+
+
+class PodDiagnosis(msgspec.Struct):
+    """A pod read once to tell a user why it is not running (never on the watch hot path)."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: _DiagnosisStatus = msgspec.field(default_factory=_DiagnosisStatus)
+
+    def why_not_running(self) -> str:
+        """ "" when Running and Ready, else "<Reason>: <detail>" from its own conditions."""
+        status = self.status
+        ready = next((c for c in status.conditions if c.type == "Ready"), None)
+        if status.phase == "Running" and ready is not None and ready.status == "True":
+            return ""
+        for c in status.conditions:
+            if c.type == "PodScheduled" and c.status == "False":
+                return f"{c.reason or 'Unschedulable'}: {c.message[:160]}"
+        for cs in status.containerStatuses:
+            waiting = cs.state.waiting
+            if waiting is not None and waiting.reason:
+                return f"{waiting.reason}: {waiting.message[:160]}".rstrip(": ")
+        if status.phase == "Running":
+            return "NotReady: running but not ready (readiness probe)"
+        return f"{status.phase or 'Pending'}: not running yet"

@@ -72,6 +72,15 @@ class Settings:
     preemption_timeout: float = 300.0
     """Seconds a preemptor waits for its victims' pods to go before it gives up and queues
     again."""
+    pods_ready_timeout: float = 600.0
+    """An admitted job whose pods are not all Running and Ready this many seconds after its
+    admission is suspended and queued again (a Queue's podsReadyTimeoutSeconds overrides it;
+    0 turns it off)."""
+    requeue_limit: int = 5
+    """Requeues before kube-queue gives up on a job (GaveUp) until a user edits it."""
+    requeue_backoff: float = 60.0
+    """Seconds a requeued job waits before it may be admitted again, doubling with each
+    requeue (at most 30 min)."""
     max_inflight: int = 16
     """Admission patches in flight at once."""
     watch_timeout: int = 300

@@ -30,6 +30,7 @@ import structlog
 from kubequeue import resources
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.preemption import Preemption, PreemptionPolicy, plan_preemption
+from kubequeue.admission.requeue import Requeue, RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, explain, place, place_counted
@@ -54,6 +55,7 @@ class Admission:
 class CycleResult:
     admitted: list[Admission] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
+    requeues: list[Requeue] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     evaluated: int = 0
     waiting: int = 0
@@ -72,12 +74,15 @@ class AdmissionCycle:
         wall_clock: Callable[[], float] = time.time,
         preemption: PreemptionPolicy | None = None,
         preemption_timeout: float = 300.0,
+        requeue: RequeuePolicy | None = None,
     ) -> None:
         self.tracker = tracker
         self.strict_fifo = strict_fifo
         # For the implicit queue (Queue objects carry their own spec.preemption).
         self.preemption = preemption or PreemptionPolicy()
         self.preemption_timeout = preemption_timeout
+        self.requeue = requeue or RequeuePolicy()
+        tracker.pods_ready_timeout = self.requeue.timeout
         self.starvation_seconds = starvation_seconds
         self._wall_clock = wall_clock
         # Per queue, the job that held the rest of its line back in the last cycle.
@@ -94,6 +99,9 @@ class AdmissionCycle:
         tracker.reservations.relocate()
         if tracker.preempting:
             self._preemptors(result)
+        now = self._wall_clock()
+        if self.requeue.timeout:
+            self._requeues(result, now)
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
@@ -121,6 +129,9 @@ class AdmissionCycle:
                 self._report(result, job, "Warning", job.problem_reason, job.problem)
                 continue
             if job.never_fits and job.never_fits_generation == nodes_generation:
+                continue
+            if job.requeues and now < job.requeued_epoch + self.requeue.delay(job.requeues):
+                self._backing_off(result, job)
                 continue
             line = lines_info(job.queue)
             stop = False
@@ -252,6 +263,34 @@ class AdmissionCycle:
                     f"the jobs it preempted did not stop within {self.preemption_timeout:.0f}s; "
                     "it waits in its queue again",
                 )
+
+    def _requeues(self, result: CycleResult, now: float) -> None:
+        """Admitted jobs whose pods did not all start in time are suspended again (the loop
+        writes it; admission/requeue.py), unless their kind cannot be suspended once running."""
+        for job, started, expected in self.tracker.never_started(now):
+            if job.preemption_patch is None:
+                log.warning(
+                    "job.not_started",
+                    job="/".join(job.key),
+                    started=started,
+                    expected=expected,
+                    why="its kind cannot be suspended once running (or it is marked "
+                    "preemptible: false), so it is not requeued",
+                )
+                continue
+            attempt = job.requeues + 1
+            result.requeues.append(
+                Requeue(job, attempt, attempt >= self.requeue.limit, started, expected)
+            )
+            self.tracker.victims[job.key] = job.key  # nobody preempts it meanwhile
+
+    def _backing_off(self, result: CycleResult, job: QueuedJob) -> None:
+        until = job.requeued_epoch + self.requeue.delay(job.requeues)
+        when = time.strftime("%H:%M:%S", time.gmtime(until))
+        job.wait_reason = (
+            f"backing off after {job.requeues} failed start(s): may be admitted again at {when} UTC"
+        )
+        result.waiting += 1
 
     def _quota_allows(self, result: CycleResult, job: QueuedJob) -> bool:
         """Step 3: may the job's queue path take its demand now? If not, say why: the Event

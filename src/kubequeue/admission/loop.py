@@ -29,6 +29,7 @@ follow-up writes, whose patch is kept for another attempt until the server has a
 
 from __future__ import annotations
 
+import datetime
 import random
 import time
 from collections import Counter
@@ -40,12 +41,16 @@ import structlog
 from kubequeue.admission.cycle import Admission, AdmissionCycle
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.preemption import Preemption
+from kubequeue.admission.requeue import Requeue, not_running
 from kubequeue.admission.tracker import AdmittedJob, JobTracker
 from kubequeue.identity import JobKey
+from kubequeue.kinds.common import spec_hash
 from kubequeue.kube import writer
 from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
 from kubequeue.kube.events import EventRecorder, InvolvedObject
-from kubequeue.labels import PREEMPTED_BY
+from kubequeue.kube.pods import list_pods
+from kubequeue.labels import GAVE_UP, PREEMPTED_BY, REQUEUED_AT, REQUEUES
+from kubequeue.objects import Pod
 from kubequeue.observability import metrics
 from kubequeue.status import IMPLICIT_QUEUE_NAME, queue_rows
 
@@ -122,6 +127,8 @@ class AdmissionLoop:
                 for preemption in result.preemptions:
                     for victim in preemption.victims:
                         tg.start_soon(self._preempt, preemption, victim, limiter)
+                for requeue in result.requeues:
+                    tg.start_soon(self._requeue, requeue, limiter)
                 for key in list(self.tracker.follow_ups):
                     if key not in self._following:
                         self._following.add(key)
@@ -452,6 +459,109 @@ class AdmissionLoop:
                 return
             await anyio.sleep(min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
         log.error("job.preemption_gave_up", job=f"{namespace}/{name}", by=by)
+
+    async def _requeue(self, requeue: Requeue, limiter: anyio.CapacityLimiter) -> None:
+        """Suspend an admitted job whose pods did not all start in time, saying why (from the
+        pods' own state), and record the attempt on it (the backoff counts from it)."""
+        job = requeue.job
+        kind, namespace, name = job.key
+        adapter = self.tracker.adapters[kind]
+        info = adapter.info
+        try:
+            why, detail = await self._why_not_started(job, requeue.expected)
+            now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            annotations: dict[str, str | None] = {
+                REQUEUES: str(requeue.attempt),
+                REQUEUED_AT: now,
+            }
+            for attempt in range(8):
+                current = self.tracker.admitted.get(job.key)
+                if current is None:
+                    return  # finished, deleted or suspended meanwhile
+                assert current.preemption_patch is not None
+                try:
+                    async with limiter:
+                        obj = await writer.stop(
+                            self.client,
+                            info,
+                            namespace,
+                            name,
+                            current.resource_version,
+                            current.preemption_patch,
+                            annotations,
+                        )
+                    if requeue.gave_up:  # the spec as it stands now is what a user must change
+                        async with limiter:
+                            await writer.mark(
+                                self.client,
+                                info,
+                                namespace,
+                                name,
+                                str(obj["metadata"]["resourceVersion"]),
+                                {GAVE_UP: spec_hash(obj)},
+                            )
+                    break
+                except ApiError as exc:
+                    if exc.not_found:
+                        return
+                    if not exc.conflict:
+                        log.warning("job.requeue_failed", job=f"{namespace}/{name}", error=str(exc))
+                except KubeError as exc:
+                    metrics.TRANSPORT_ERRORS.labels("requeue").inc()
+                    log.warning("job.requeue_retry", job=f"{namespace}/{name}", error=str(exc))
+                await anyio.sleep(min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
+            else:
+                log.error("job.requeue_gave_up_writing", job=f"{namespace}/{name}")
+                return
+        finally:
+            if self.tracker.victims.get(job.key) == job.key:
+                del self.tracker.victims[job.key]
+        metrics.REQUEUES.labels(info.name, why).inc()
+        delay = self.cycle.requeue.delay(requeue.attempt)
+        limit = self.cycle.requeue.limit
+        log.warning(
+            "job.requeued",
+            job=f"{namespace}/{name}",
+            kind=kind,
+            attempt=requeue.attempt,
+            reason=why,
+            detail=detail,
+            gave_up=requeue.gave_up,
+        )
+        timeout = self.cycle.requeue.timeout
+        self._publish(
+            Notice(
+                job.key,
+                job.uid,
+                "Warning",
+                "Requeued",
+                f"its pods did not all start within {timeout:.0f}s of admission ({detail}); "
+                f"suspended and queued again (attempt {requeue.attempt} of {limit})"
+                + ("" if requeue.gave_up else f", admitted again no sooner than {delay:.0f}s"),
+            )
+        )
+        # GaveUp itself is reported from the job as observed (its gave-up annotation), like
+        # every other problem with a job, so it is said once and survives restarts.
+
+    async def _why_not_started(self, job: AdmittedJob, expected: int) -> tuple[str, str]:
+        """The job's pods as the API server has them now, and why they are not running."""
+        _, namespace, _ = job.key
+        try:
+            pods = await list_pods(self.client, namespace)
+        except KubeError as exc:
+            return "Unknown", f"its pods could not be read: {exc}"
+        adapters = list(self.tracker.adapters.values())
+        mine = []
+        for diag in pods:
+            pod = Pod(metadata=diag.metadata, spec=diag.spec)
+            for adapter in adapters:
+                found = adapter.pod_owner(pod)
+                if found is not None:
+                    owner = self.tracker.owner_of((adapter.info.kind, namespace, found[0]))
+                    if owner == job.key:
+                        mine.append(diag)
+                    break
+        return not_running(mine, expected)
 
     def _publish(self, notice: Notice) -> None:
         kind, namespace, name = notice.key

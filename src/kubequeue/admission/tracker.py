@@ -14,6 +14,7 @@ restart rebuilds exactly the same state; no event has to be seen for the state t
 from __future__ import annotations
 
 import datetime
+import heapq
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,14 +30,17 @@ from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import DemandError, PodSet, total_demand
 from kubequeue.identity import JobKey
-from kubequeue.kinds.common import annotations_of, dig, labels_of
+from kubequeue.kinds.common import annotations_of, dig, labels_of, spec_hash
 from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj, Preemptible
 from kubequeue.labels import (
     ADMITTED_AT,
     BORROWING,
+    GAVE_UP,
     PREEMPTIBLE,
     QUEUE_ANNOTATION,
     QUEUE_LABEL,
+    REQUEUED_AT,
+    REQUEUES,
 )
 from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue, QueuedJob
@@ -74,6 +78,7 @@ class AdmittedJob(msgspec.Struct, gc=False):
     # suspended once running, or it is marked kube-queue.io/preemptible: "false").
     preemption_patch: dict[str, Any] | None
     queue_label: str | None = None  # to find its queue if Queues appear after it was admitted
+    requeues: int = 0  # times kube-queue already suspended it for pods that never started
 
 
 @dataclass(slots=True)
@@ -121,6 +126,12 @@ class JobTracker:
         self.namespace_labels: dict[str, dict[str, str]] = {}
         # Running jobs kube-queue admitted (candidates for preemption and requeue).
         self.admitted: dict[JobKey, AdmittedJob] = {}
+        # When each admitted job's pods must all have started (a heap; entries of jobs that
+        # stopped or whose deadline moved are dropped when they come up). 0 turns it off;
+        # queue_timeout gives a Queue's own podsReadyTimeoutSeconds.
+        self.pods_ready_timeout = 600.0
+        self._deadlines: list[tuple[float, JobKey]] = []
+        self._deadline_of: dict[JobKey, float] = {}
         # Jobs holding capacity while their victims stop, and victim -> its preemptor.
         self.preempting: dict[JobKey, Preempting] = {}
         self.victims: dict[JobKey, JobKey] = {}
@@ -202,22 +213,64 @@ class JobTracker:
         if class_name is not None:
             priority = self.priorities.get(class_name, self.default_priority)
         named = labels_of(obj).get(QUEUE_LABEL)
+        requeues = _requeues(obj)
+        admitted_epoch = _epoch(str(annotations_of(obj).get(ADMITTED_AT, "")))
+        self._note_deadline(key, queue, admitted_epoch)
         self.admitted[key] = AdmittedJob(
             key=key,
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
             queue=queue,
             priority=priority,
-            admitted_epoch=_epoch(str(annotations_of(obj).get(ADMITTED_AT, ""))),
+            admitted_epoch=admitted_epoch,
             demand=demand,
             preemption_patch=patch,
             queue_label=named if isinstance(named, str) else None,
+            requeues=requeues,
         )
+
+    def _note_deadline(self, key: JobKey, queue: str, admitted_epoch: float) -> None:
+        node = self.ledger.tree.nodes.get(queue) if queue else None
+        own = node.spec.pods_ready_timeout if node is not None else None
+        timeout = own if own is not None else self.pods_ready_timeout
+        if timeout <= 0:
+            return
+        deadline = admitted_epoch + timeout
+        if self._deadline_of.get(key, -1.0) == deadline:
+            return  # known (the usual case: another status update of a running job)
+        self._deadline_of[key] = deadline
+        heapq.heappush(self._deadlines, (deadline, key))
+
+    def started_pods(self, key: JobKey) -> int:
+        """The job's pods that are Running and Ready (under its name and its aliases)."""
+        count = self.cache.started_pods(key)
+        for alias in self._aliases_of.get(key, ()):
+            count += self.cache.started_pods(alias)
+        return count
+
+    def never_started(self, now: float) -> list[tuple[AdmittedJob, int, int]]:
+        """Admitted jobs past their pods-ready deadline with pods not all started:
+        (job, pods started, pods expected). Each job comes up once per admission."""
+        out = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, key = heapq.heappop(heap)
+            if self._deadline_of.get(key) != deadline:
+                continue  # it stopped, or was admitted again since (a newer deadline)
+            job = self.admitted.get(key)
+            if job is None or key in self.victims or key in self.inflight:
+                continue
+            expected = self.reservations.expected(key)
+            started = self.started_pods(key)
+            if started < expected:
+                out.append((job, started, expected))
+        return out
 
     def _stopped(self, key: JobKey) -> None:
         """The job no longer runs as admitted (suspended, finished, gone, not ours)."""
         self.admitted.pop(key, None)
         self.victims.pop(key, None)
+        self._deadline_of.pop(key, None)
 
     def _admitted_queue(self, obj: Obj) -> str:
         """The queue an admitted job counts in: the one it was admitted into (annotation), else
@@ -310,6 +363,9 @@ class JobTracker:
         )
         label = labels_of(obj).get(QUEUE_LABEL)
         job.queue_label = label if isinstance(label, str) else None
+        job.requeues = _requeues(obj)
+        if job.requeues:
+            job.requeued_epoch = _epoch(str(annotations_of(obj).get(REQUEUED_AT, "")))
         class_name: str | None = None
         try:
             job.admission_patch = adapter.admission_patch(obj)
@@ -321,6 +377,12 @@ class JobTracker:
         except Exception as exc:
             job.problem = _unreadable(adapter, key, "resource demand", exc)
             job.problem_reason = "InvalidJob"
+        if job.problem is None and _gave_up(obj):
+            job.problem = (
+                f"its pods failed to start {job.requeues} times; kube-queue gave up. Edit the "
+                "job's spec (or re-create it) to have it queued again"
+            )
+            job.problem_reason = "GaveUp"
         self._priority_of[key] = class_name
         self._judge_priority(job, class_name)
         self._judge_queue(job)
@@ -669,6 +731,25 @@ def _unreadable(adapter: JobAdapter, key: JobKey, what: str, exc: Exception) -> 
         f"{': ' + detail if detail else ''}); some field holds a value of the wrong type or size. "
         "Fix the object; it is judged again on its next change"
     )
+
+
+def _gave_up(obj: Obj) -> bool:
+    """GaveUp stands while the spec is what it was when kube-queue gave up."""
+    marked = annotations_of(obj).get(GAVE_UP)
+    return isinstance(marked, str) and bool(marked) and marked == spec_hash(obj)
+
+
+def _requeues(obj: Obj) -> int:
+    """Times kube-queue requeued the job so far; a job a user edited after GaveUp (its spec no
+    longer matches) starts again from zero."""
+    annotations = annotations_of(obj)
+    raw = annotations.get(REQUEUES)
+    if not isinstance(raw, str) or not raw.isdigit() or len(raw) > 4:
+        return 0
+    marked = annotations.get(GAVE_UP)
+    if isinstance(marked, str) and marked and marked != spec_hash(obj):
+        return 0
+    return int(raw)
 
 
 def _epoch(rfc3339: str) -> float:

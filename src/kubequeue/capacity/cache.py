@@ -87,6 +87,7 @@ class _PodUsage(msgspec.Struct, gc=False):
     node: str
     request: Resources
     owner: PodOwner | None
+    started: bool = False  # Running and Ready
 
 
 class CapacityCache:
@@ -112,6 +113,7 @@ class CapacityCache:
         # The bound pods of each (raw) owner, so a job's footprint per node is found without
         # scanning every pod (preemption asks for it).
         self._members: dict[JobKey, dict[str, None]] = {}
+        self._started: dict[JobKey, int] = {}  # per raw owner: pods Running and Ready
         self._on_freed = on_freed
         self.freed_generation = 0
         self.nodes_generation = 0
@@ -248,8 +250,12 @@ class CapacityCache:
                 # slot.
                 log.warning("pod.bad_request", error=str(exc))
                 request = resources.intern({resources.PODS: 1000})
+        started = pod.status.started
         if current is not None:
             if current.node == node and current.request is request and current.owner == owner:
+                if current.started != started and owner is not None:
+                    self._count_started(owner[0], 1 if started else -1)
+                current.started = started
                 return None
             self.delete_pod(uid)
         state = self.nodes.get(node)
@@ -260,7 +266,7 @@ class CapacityCache:
             node = state.name  # one string per node, not one per pod
         if owner is not None:  # likewise one owner tuple per (job, pod set)
             owner = self._owners.setdefault(owner, owner)
-        self._pods[uid] = _PodUsage(node, request, owner)
+        self._pods[uid] = _PodUsage(node, request, owner, started)
         free = state.free
         for name, amount in request.items():
             free[name] = free.get(name, 0) - amount
@@ -287,6 +293,8 @@ class CapacityCache:
             if members is None:
                 members = self._members[job] = {}
             members[uid] = None
+            if started:
+                self._count_started(job, 1)
             return job
         return None
 
@@ -319,7 +327,20 @@ class CapacityCache:
             members.pop(uid, None)
             if not members:
                 del self._members[job]
+        if usage.started:
+            self._count_started(job, -1)
         return job
+
+    def _count_started(self, job: JobKey, delta: int) -> None:
+        count = self._started.get(job, 0) + delta
+        if count > 0:
+            self._started[job] = count
+        else:
+            self._started.pop(job, None)
+
+    def started_pods(self, job: JobKey) -> int:
+        """Bound pods attributed to ``job`` (a raw owner) that are Running and Ready."""
+        return self._started.get(job, 0)
 
     def footprint(
         self, job: JobKey, into: dict[str, Resources] | None = None

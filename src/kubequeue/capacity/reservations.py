@@ -113,6 +113,11 @@ class Reservations:
             if node != UNPLACED
         ]
 
+    def expected(self, job: JobKey) -> int:
+        """Pods the admitted job should be running now (its pod sets' counts)."""
+        held = self._held.get(job)
+        return sum(ps.count for ps in held.pod_sets.values()) if held is not None else 0
+
     def assignments(self, job: JobKey) -> list[Assignment]:
         """The job's held placement, as fit.place reports one."""
         held = self._held.get(job)

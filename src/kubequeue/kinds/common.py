@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+
+import msgspec
 
 from kubequeue.kinds.protocol import Obj
 from kubequeue.labels import IGNORE
@@ -16,6 +19,7 @@ __all__ = [
     "labels_of",
     "opted_out",
     "pod_controller_name",
+    "spec_hash",
     "text_at",
 ]
 
@@ -81,3 +85,19 @@ def pod_controller_name(pod: Pod, kind: str) -> str | None:
         if ref.controller and ref.kind == kind:
             return ref.name
     return None
+
+
+def spec_hash(obj: Obj) -> str:
+    """A fingerprint of what a user wrote in the job's spec, without the suspend fields (which
+    kube-queue itself changes): it tells whether a user edited the job after kube-queue gave
+    up on it."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "suspend"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    spec = strip(obj.get("spec"))
+    return hashlib.sha256(msgspec.json.encode(spec, order="sorted")).hexdigest()[:16]

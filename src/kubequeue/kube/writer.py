@@ -16,7 +16,7 @@ from kubequeue.identity import KindInfo
 from kubequeue.kube.client import ApiError, KubeClient
 from kubequeue.labels import ADMITTED_AT
 
-__all__ = ["admission_body", "admit", "read", "stop"]
+__all__ = ["admission_body", "admit", "mark", "read", "stop"]
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,6 +72,19 @@ async def stop(
             }
         },
     )
+    return await client.merge_patch(info.object_path(namespace, name), body)
+
+
+async def mark(
+    client: KubeClient,
+    info: KindInfo,
+    namespace: str,
+    name: str,
+    resource_version: str,
+    annotations: Mapping[str, str | None],
+) -> dict[str, Any]:
+    """Set (or, with None, remove) annotations of ours, guarded by the resourceVersion."""
+    body = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)}}
     return await client.merge_patch(info.object_path(namespace, name), body)
 
 

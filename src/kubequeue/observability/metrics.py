@@ -27,6 +27,7 @@ __all__ = [
     "QUEUE_USED",
     "REGISTRY",
     "RELISTS",
+    "REQUEUES",
     "RESERVED_JOBS",
     "TRANSPORT_ERRORS",
     "UNREADABLE_JOBS",
@@ -159,6 +160,13 @@ QUEUE_ADMISSION_WAIT = Histogram(
 PREEMPTIONS = Counter(
     "kube_queue_preemptions_total",
     "Admitted jobs suspended again to make room for another (reason: reclaim | priority).",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
+REQUEUES = Counter(
+    "kube_queue_requeues_total",
+    "Admitted jobs suspended again because their pods did not all start in time, by the most "
+    "common reason of their pods (Unschedulable, ErrImagePull, NotCreated, ...).",
     ["kind", "reason"],
     registry=REGISTRY,
 )

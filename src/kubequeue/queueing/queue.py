@@ -66,6 +66,10 @@ class QueuedJob:
     # (allowed, borrows). Until the version moves, the same check gives the same answer.
     quota_checked: tuple[tuple[int, str, int], bool, bool] | None = None
     over_quota: str = ""  # non-empty when its queue's limits refuse it even with nothing running
+    # Times kube-queue suspended it again because its pods never all started, and when it did
+    # last (epoch seconds): it may be admitted again only after a backoff (admission/requeue.py).
+    requeues: int = 0
+    requeued_epoch: float = 0.0
 
     # Total demand, computed when first needed (only jobs in Queue objects need it).
     _demand: Resources | None = None

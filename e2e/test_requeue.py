@@ -1,0 +1,71 @@
+"""Admitted jobs whose pods never start, against the real scheduler: a pod affinity kube-queue
+does not model keeps the pod Unschedulable, so the job is suspended again after the pods-ready
+timeout, its GPUs go to the next job, it is requeued with a backoff, and after the limit it
+stays suspended with GaveUp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.cluster.nodes import NodeSpec
+from e2e.controller_fixtures import StartController
+from e2e.jobs import events_for, get_job, is_suspended, job
+from e2e.support import FakeNodes, Kubectl, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def never_schedulable(name: str, gpus: int) -> dict[str, Any]:
+    manifest = job(name, gpus=gpus)
+    manifest["spec"]["template"]["spec"]["affinity"] = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "does-not-exist"}},
+                "topologyKey": "kubernetes.io/hostname",
+            }]
+        }
+    }
+    return manifest
+
+
+async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_up(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+) -> None:
+    await fake_nodes.create(NodeSpec("gpu", gpus=8))
+    await kube_queue("--pods-ready-timeout=4", "--requeue-backoff=2", "--requeue-limit=2")
+    await kubectl.apply(never_schedulable("stuck", gpus=4), "-n", namespace)
+
+    async def admitted(name: str) -> bool:
+        return not is_suspended(await get_job(kubectl, namespace, name))
+
+    await wait_until("stuck admitted", lambda: admitted("stuck"))
+    await kubectl.apply(job("next", gpus=8, run_for="8s"), "-n", namespace)
+
+    async def requeued_event() -> dict[str, str] | None:
+        found = [e for e in await events_for(kubectl, namespace, "stuck")
+                 if e["reason"] == "Requeued"]
+        return found[0] if found else None
+
+    event = await wait_until("a Requeued event", requeued_event, 30)
+    assert event["type"] == "Warning"
+    assert "Unschedulable" in event["message"] and "attempt 1 of 2" in event["message"], event
+    stuck = await get_job(kubectl, namespace, "stuck")
+    assert is_suspended(stuck)
+    assert stuck["metadata"]["annotations"]["kube-queue.io/requeues"] == "1"
+    # Its GPUs went to the next job; after that one finishes, stuck gets its second chance,
+    # fails again, and kube-queue gives up.
+    await wait_until("next admitted once stuck is requeued", lambda: admitted("next"), 30)
+
+    async def gave_up() -> dict[str, str] | None:
+        found = [e for e in await events_for(kubectl, namespace, "stuck")
+                 if e["reason"] == "GaveUp"]
+        return found[0] if found else None
+
+    warning = await wait_until("a GaveUp warning after the second failure", gave_up, 60)
+    assert "Edit the job's spec (or re-create it)" in warning["message"], warning
+    stuck = await get_job(kubectl, namespace, "stuck")
+    assert is_suspended(stuck)
+    assert stuck["metadata"]["annotations"]["kube-queue.io/requeues"] == "2"
+    assert stuck["metadata"]["annotations"].get("kube-queue.io/gave-up")
