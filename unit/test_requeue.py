@@ -162,3 +162,16 @@ def test_the_reason_comes_from_the_pods_own_state() -> None:
     assert reason == "Unschedulable"
     assert text.startswith("1 of 5 pods running and ready; p0 Unschedulable: 0/2 nodes")
     assert "p1 ErrImagePull: nope" in text and "1 pod(s) not created" in text
+
+
+def test_a_job_whose_pods_all_started_is_not_requeued_when_some_finish_early() -> None:
+    """A job that once had every pod running is fine even if some of its pods have finished
+    (and left) by the deadline."""
+    now = [0.0]
+    c = cluster(now)
+    c.submit("quick", "ns", 2, 0)
+    admit_at(c, now, "quick")
+    c.pods_leave("quick")  # its pod ran and finished; the Job object is still running
+    now[0] = 3600
+    c.cycle_admits()
+    assert c.last.requeues == []

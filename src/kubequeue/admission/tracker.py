@@ -132,6 +132,7 @@ class JobTracker:
         self.pods_ready_timeout = 600.0
         self._deadlines: list[tuple[float, JobKey]] = []
         self._deadline_of: dict[JobKey, float] = {}
+        self._all_started: set[JobKey] = set()  # admitted jobs whose pods all ran at once
         # Jobs holding capacity while their victims stop, and victim -> its preemptor.
         self.preempting: dict[JobKey, Preempting] = {}
         self.victims: dict[JobKey, JobKey] = {}
@@ -260,6 +261,8 @@ class JobTracker:
             job = self.admitted.get(key)
             if job is None or key in self.victims or key in self.inflight:
                 continue
+            if key in self._all_started:
+                continue
             expected = self.reservations.expected(key)
             started = self.started_pods(key)
             if started < expected:
@@ -271,6 +274,7 @@ class JobTracker:
         self.admitted.pop(key, None)
         self.victims.pop(key, None)
         self._deadline_of.pop(key, None)
+        self._all_started.discard(key)
 
     def _admitted_queue(self, obj: Obj) -> str:
         """The queue an admitted job counts in: the one it was admitted into (annotation), else
@@ -509,6 +513,10 @@ class JobTracker:
         job = self.owner_of(raw)
         if job in self.reservations:
             self.reservations.reconcile(job)
+        if job in self._deadline_of and job not in self._all_started:
+            expected = self.reservations.expected(job)
+            if expected and self.started_pods(job) >= expected:
+                self._all_started.add(job)  # it started: pods that finish later are fine
 
     # ----------------------------------------------------------------- admission outcomes
     def begin_admission(

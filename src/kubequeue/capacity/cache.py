@@ -233,7 +233,7 @@ class CapacityCache:
 
     # ----------------------------------------------------------------- pods
     def upsert_pod(self, pod: Pod, owner: PodOwner | None) -> JobKey | None:
-        """Account a pod. Returns the job whose bound-pod count changed, if any."""
+        """Account a pod. Returns the job whose bound or started pod count changed, if any."""
         # The watch hot path (one call per pod event): kept free of avoidable calls/allocations.
         uid = pod.metadata.uid
         spec = pod.spec
@@ -253,10 +253,12 @@ class CapacityCache:
         started = pod.status.started
         if current is not None:
             if current.node == node and current.request is request and current.owner == owner:
-                if current.started != started and owner is not None:
-                    self._count_started(owner[0], 1 if started else -1)
+                if current.started == started or owner is None:
+                    current.started = started
+                    return None
+                self._count_started(owner[0], 1 if started else -1)
                 current.started = started
-                return None
+                return owner[0]  # its job's started-pod count changed
             self.delete_pod(uid)
         state = self.nodes.get(node)
         if state is None:
