@@ -206,3 +206,47 @@ async def test_a_rayjob_and_a_batch_job_share_their_queue_s_quota(
         return not is_suspended(await get_job(kubectl, namespace, "job-4"))
 
     await wait_until("the Job admitted once the RayJob is gone", job_admitted, 60)
+
+
+async def test_a_preempted_rayjob_stops_and_kuberay_starts_it_again_after_readmission(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    operators: Operators,
+) -> None:
+    await operators.start("ray")
+    await fake_nodes.create(NodeSpec("gpu", gpus=8))
+    high = f"high-{namespace}"[:63]
+    await kubectl.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                         "metadata": {"name": high}, "value": 100000})
+    try:
+        await kube_queue(KINDS, "--preemption=lower-priority")
+        await kubectl.apply(rayjob("low-ray", workers=2, worker_gpus=4), "-n", namespace)
+
+        async def ray_pods(count: int) -> bool:
+            return len(bound(await pods(kubectl, namespace, RAY_PODS))) == count
+
+        await wait_until("the RayJob's head and workers run", lambda: ray_pods(3), 90)
+        await kubectl.apply(job("urgent", gpus=8, run_for="15s", priority_class=high),
+                            "-n", namespace)
+
+        async def preempted() -> dict[str, Any] | None:
+            found = await _rayjob(kubectl, namespace, "low-ray")
+            marked = (found["metadata"].get("annotations") or {}).get(
+                "kube-queue.io/preempted-by")
+            return found if marked and found["spec"].get("suspend") is True else None
+
+        found = await wait_until("the RayJob suspended by kube-queue", preempted, 60)
+        assert found["metadata"]["annotations"]["kube-queue.io/preempted-by"] == (
+            f"Job/{namespace}/urgent")
+        await wait_until("KubeRay removes the Ray pods", lambda: ray_pods(0), 90)
+        await wait_until("urgent admitted", lambda: _job_admitted(kubectl, namespace, "urgent"),
+                         60)
+        # urgent runs 15 s; then the RayJob is admitted again and KubeRay starts it again.
+        await wait_until("the RayJob admitted again",
+                         lambda: _admitted(kubectl, namespace, "low-ray"), 90)
+        await wait_until("KubeRay runs the RayJob's pods again", lambda: ray_pods(3), 120)
+    finally:
+        await kubectl("delete", "priorityclass", high, "--ignore-not-found")
+
+
+async def _job_admitted(kubectl: Kubectl, namespace: str, name: str) -> bool:
+    return not is_suspended(await get_job(kubectl, namespace, name))
