@@ -243,3 +243,27 @@ async def test_the_writer_patches_with_a_precondition_and_reads_with_list_only()
         assert await writer.read(client, info, "default", "missing") is None
     # Only list (a GET on the collection), never a GET on the object: RBAC grants no "get".
     assert ("GET", PATH) not in api.requests
+
+
+async def test_the_rate_limit_lets_a_burst_through_then_paces_requests() -> None:
+    from kubequeue.kube.client import RateLimit
+
+    now = [0.0]
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    rate = RateLimit(qps=50, burst=5, clock=lambda: now[0], sleep=sleep)
+    for _ in range(5):
+        await rate.acquire()
+    assert slept == [], "a burst of 5 goes through at once"
+    for _ in range(10):
+        await rate.acquire()
+    assert len(slept) == 10 and abs(now[0] - 0.2) < 1e-9, "then 50 a second"
+    now[0] += 10.0  # idle: the bucket refills, but only to the burst
+    slept.clear()
+    for _ in range(6):
+        await rate.acquire()
+    assert len(slept) == 1

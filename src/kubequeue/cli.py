@@ -100,6 +100,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--max-inflight", type=int, default=16)
     run.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=0.0,
+        help="client-side limit on API requests a second (not watches or the Lease; 0: none)",
+    )
+    run.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=0,
+        help="requests allowed at once before --kube-api-qps applies (default: 2 x qps)",
+    )
+    run.add_argument(
         "--preemption",
         choices=["never", "lower-priority"],
         default="never",
@@ -221,6 +233,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         max_inflight=args.max_inflight,
         starvation_seconds=args.starvation_timeout,
         resync_seconds=args.resync_period,
+        kube_api_qps=args.kube_api_qps,
+        kube_api_burst=args.kube_api_burst,
         preemption=args.preemption,
         preemption_timeout=args.preemption_timeout,
         pods_ready_timeout=args.pods_ready_timeout,

@@ -78,6 +78,8 @@ def pool_limits(settings: Settings) -> PoolLimits:
         watches=watch_count(settings) + WATCH_HEADROOM,
         requests=max(32, settings.max_inflight + 16),
         lease=2,
+        qps=settings.kube_api_qps,
+        burst=settings.kube_api_burst,
     )
 
 

@@ -81,6 +81,11 @@ class Settings:
     requeue_backoff: float = 60.0
     """Seconds a requeued job waits before it may be admitted again, doubling with each
     requeue (at most 30 min)."""
+    kube_api_qps: float = 0.0
+    """Client-side limit on API requests a second (writes, lists, Events; not watch streams or
+    the Lease), like client-go's --kube-api-qps. 0: no limit."""
+    kube_api_burst: int = 0
+    """Requests allowed at once before the qps limit applies (default: 2 x qps)."""
     max_inflight: int = 16
     """Admission patches in flight at once."""
     watch_timeout: int = 300

@@ -27,12 +27,14 @@ configuration: the same credentials, token refresh and TLS settings.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import anyio
 import msgspec
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -128,16 +130,56 @@ def _error(status: int, body: bytes, path: str) -> ApiError:
         return ApiError(status, str(status), body[:200].decode(errors="replace"), path)
 
 
-class KubeClient:
-    """Requests go through ``api``'s pool, watch streams through ``watch_api``'s; ``lease`` is
-    a client of its own for the leader Lease. Without them everything shares ``api``'s pool."""
+class RateLimit:
+    """A token bucket, as client-go's --kube-api-qps / --kube-api-burst: up to ``burst``
+    requests at once, then ``qps`` a second. Protects a busy API server from a burst of
+    admissions, and lets a benchmark give kube-queue exactly the limits it gives others."""
 
     def __init__(
-        self, api: Any, *, watch_api: Any | None = None, lease: KubeClient | None = None
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = float(self.burst)
+        self._stamp = clock()
+        self._lock = anyio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:  # waiters are served in turn
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.qps)
+            self._stamp = now
+            if self._tokens < 1.0:
+                await self._sleep((1.0 - self._tokens) / self.qps)
+                self._tokens = 1.0
+                self._stamp = self._clock()
+            self._tokens -= 1.0
+
+
+class KubeClient:
+    """Requests go through ``api``'s pool, watch streams through ``watch_api``'s; ``lease`` is
+    a client of its own for the leader Lease. Without them everything shares ``api``'s pool.
+    ``rate`` limits requests (not watch streams, and not the Lease's own client)."""
+
+    def __init__(
+        self,
+        api: Any,
+        *,
+        watch_api: Any | None = None,
+        lease: KubeClient | None = None,
+        rate: RateLimit | None = None,
     ) -> None:
         self._api = api
         self._watch_api = watch_api if watch_api is not None else api
         self.lease: KubeClient = lease if lease is not None else self
+        self._rate = rate
 
     @property
     def host(self) -> str:
@@ -187,6 +229,8 @@ class KubeClient:
     ) -> bytes:
         """One request; returns the body, raises ApiError on any non-2xx status and
         TransportError when no complete answer arrived."""
+        if self._rate is not None:
+            await self._rate.acquire()
         resp = await self._call(
             method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
@@ -247,6 +291,9 @@ class PoolLimits:
     """Lists, admission and follow-up writes, Events: short requests."""
     lease: int = 2
     """Lease get/create/replace: one at a time, plus a spare while a dead one is closed."""
+    qps: float = 0.0
+    """Requests a second once ``burst`` is spent (0: no client-side limit)."""
+    burst: int = 0
 
 
 def _api_client(cfg: Any, connections: int) -> Any:
@@ -263,7 +310,8 @@ async def open_client(cfg: Any, limits: PoolLimits = PoolLimits()) -> AsyncItera
         api = await stack.enter_async_context(_api_client(cfg, limits.requests))
         watch_api = await stack.enter_async_context(_api_client(cfg, limits.watches))
         lease_api = await stack.enter_async_context(_api_client(cfg, limits.lease))
-        yield KubeClient(api, watch_api=watch_api, lease=KubeClient(lease_api))
+        rate = RateLimit(limits.qps, limits.burst or int(limits.qps * 2)) if limits.qps else None
+        yield KubeClient(api, watch_api=watch_api, lease=KubeClient(lease_api), rate=rate)
 
 
 @asynccontextmanager
