@@ -131,10 +131,10 @@ class Admissions:
                 self.finished.setdefault(name, now)
 
     def informer(self, client: KubeClient, namespace: str | None = None) -> Informer[Any]:
-        path = (f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace
-                else "/apis/batch/v1/jobs")
-        return Informer(client, "bench-jobs", path, dict_codec(), _JobHandler(self),
-                        watch_timeout=600)
+        path = f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace else "/apis/batch/v1/jobs"
+        return Informer(
+            client, "bench-jobs", path, dict_codec(), _JobHandler(self), watch_timeout=600
+        )
 
 
 class _PodHandler:
@@ -204,8 +204,9 @@ class PodWatch:
                 self.stuck.add(key)
 
     def informer(self, client: KubeClient) -> Informer[Any]:
-        return Informer(client, "bench-pods", "/api/v1/pods", dict_codec(), _PodHandler(self),
-                        watch_timeout=600)
+        return Informer(
+            client, "bench-pods", "/api/v1/pods", dict_codec(), _PodHandler(self), watch_timeout=600
+        )
 
 
 def _cpu(text: Any) -> float:

@@ -98,7 +98,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a job may wait (BestEffortFIFO) before jobs behind it stop jumping ahead "
         "of it (0: never)",
     )
-    run.add_argument("--max-inflight", type=int, default=16)
+    run.add_argument(
+        "--max-inflight",
+        type=int,
+        default=64,
+        help="admission writes in flight at once (the end-to-end benchmark: 16 -> 64 took the "
+        "backlog drain from 33%% to about 60-80%% of the API server's PATCH ceiling)",
+    )
     run.add_argument(
         "--kube-api-qps",
         type=float,

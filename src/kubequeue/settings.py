@@ -86,7 +86,7 @@ class Settings:
     the Lease), like client-go's --kube-api-qps. 0: no limit."""
     kube_api_burst: int = 0
     """Requests allowed at once before the qps limit applies (default: 2 x qps)."""
-    max_inflight: int = 16
+    max_inflight: int = 64
     """Admission patches in flight at once."""
     watch_timeout: int = 300
     """Server-side watch timeout in seconds (randomised up to +50% per watch)."""

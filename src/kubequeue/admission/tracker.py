@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import structlog
@@ -155,9 +155,10 @@ class JobTracker:
         if adapter.skip_reason(obj) is not None or adapter.is_finished(obj):
             self.forget(key)
             return
-        if isinstance(adapter, HasPodAliases):
+        aliased = cast(HasPodAliases, adapter) if _can(adapter, HasPodAliases) else None
+        if aliased is not None:
             try:
-                aliases = adapter.pod_aliases(obj)
+                aliases = aliased.pod_aliases(obj)
             except Exception as exc:
                 _unreadable(adapter, key, "pod aliases", exc)
             else:
@@ -201,9 +202,10 @@ class JobTracker:
         meta = obj.get("metadata") or {}
         patch = None
         marked = annotations_of(obj).get(PREEMPTIBLE) or labels_of(obj).get(PREEMPTIBLE)
-        if isinstance(adapter, Preemptible) and marked != "false":
+        stoppable = cast(Preemptible, adapter) if _can(adapter, Preemptible) else None
+        if stoppable is not None and marked != "false":
             try:
-                patch = _shared(adapter.preemption_patch(obj))
+                patch = _shared(stoppable.preemption_patch(obj))
             except Exception as exc:
                 _unreadable(adapter, key, "preemption patch", exc)
         try:
@@ -287,9 +289,10 @@ class JobTracker:
 
     def _note_follow_up(self, adapter: JobAdapter, key: JobKey, obj: Obj) -> None:
         patch = None
-        if isinstance(adapter, FollowsUp):
+        following = cast(FollowsUp, adapter) if _can(adapter, FollowsUp) else None
+        if following is not None:
             try:
-                patch = adapter.follow_up_patch(obj)
+                patch = following.follow_up_patch(obj)
             except Exception as exc:
                 _unreadable(adapter, key, "follow-up", exc)
         if patch is None:
@@ -702,6 +705,19 @@ class JobTracker:
 
 
 _QUEUE_PROBLEMS = frozenset({"UnknownQueue", "InvalidQueue"})
+_CAPABLE: dict[tuple[type, Any], bool] = {}
+
+
+def _can(adapter: JobAdapter, capability: Any) -> bool:
+    """isinstance() against a runtime-checkable Protocol, memoised per adapter class: that
+    check walks the protocol's members every time, and it runs on every job observation."""
+    key = (type(adapter), capability)
+    found = _CAPABLE.get(key)
+    if found is None:
+        found = _CAPABLE[key] = isinstance(adapter, capability)
+    return found
+
+
 # Identical patches (a kind's suspend patch is the same for every job of it) shared, not copied
 # once per running job.
 _PATCHES: dict[bytes, dict[str, Any]] = {}

@@ -55,6 +55,9 @@ class Reservations:
         # Holds that stay where they are although their nodes are over-committed: a preemptor's
         # capacity, held on the nodes its victims are leaving (relocate() leaves them alone).
         self._pinned: set[JobKey] = set()
+        # Held pods per node (UNPLACED included), so relocate() looks at the few nodes that
+        # hold anything instead of at every hold.
+        self._holds_on: dict[str, int] = {}
 
     def __contains__(self, job: object) -> bool:
         return job in self._held
@@ -175,8 +178,9 @@ class Reservations:
         if generation == self._relocated_at:
             return 0
         moved = 0
+        stranded = {node for node in self._holds_on if self._stranded(node)}
         pinned = self._pinned
-        for job, held in self._held.items():
+        for job, held in self._held.items() if stranded else ():
             if not held.placed:  # most admitted jobs: every pod bound, nothing held
                 continue
             if pinned and job in pinned:
@@ -184,7 +188,7 @@ class Reservations:
             for name, nodes in list(held.placed.items()):
                 ps = held.pod_sets[name]
                 for node, count in list(nodes.items()):
-                    if not self._stranded(node):
+                    if node not in stranded:
                         continue
                     assignments = place([PodSet(name, count, ps.request, ps.constraints)], cache)
                     if assignments is None:
@@ -209,12 +213,18 @@ class Reservations:
         ps = held.pod_sets[pod_set]
         nodes = held.placed.setdefault(pod_set, {})
         nodes[node] = nodes.get(node, 0) + count
+        self._holds_on[node] = self._holds_on.get(node, 0) + count
         if node != UNPLACED:
             self._cache.reserve(node, ps.request, count)
 
     def _remove(self, held: _Held, pod_set: str, node: str, count: int) -> None:
         nodes = held.placed[pod_set]
         nodes[node] -= count
+        left = self._holds_on.get(node, 0) - count
+        if left > 0:
+            self._holds_on[node] = left
+        else:
+            self._holds_on.pop(node, None)
         if node != UNPLACED:
             self._cache.unreserve(node, held.pod_sets[pod_set].request, count)
         if not nodes[node]:

@@ -1,0 +1,678 @@
+"""The end-to-end scenarios (issue 12), each on a fresh local cluster, each seeded.
+
+A *system* is what admits the suspended jobs: ``kube-queue`` (our controller, as the e2e tests run
+it: the chart's RBAC, out of cluster) or ``kueue`` (the real Kueue manager, out of cluster; see
+e2e/kueue). Both get the same API server flags and the same client QPS/burst.
+
+- ceiling: no queue controller; a plain client loop un-suspends N suspended Jobs as fast as the
+  API server takes it. The physical limit of any suspend-based queue on this machine.
+- burst: N nodes x 8 GPUs, M suspended Jobs of mixed shapes (all of them fit at once) created as
+  fast as possible; time until all admitted, admissions/s, create -> admitted p50/p99,
+  controller CPU seconds and peak RSS.
+- fragmentation: 64 x 8-GPU nodes partly filled by pods no queue manages (1-3 GPUs free on most
+  nodes); a mix of 1/2/4/8-GPU jobs and 4 x 2-GPU gangs; GPU utilisation over time, jobs
+  finished per minute, and admitted pods left Pending unschedulable for > 10 s (watched).
+- baseline: Kueue's own scheduler-performance mix (30 queues; small/medium/large CPU jobs
+  arriving at fixed intervals, priorities 50/100/200), scaled by ``scale``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from e2e.cluster.nodes import NodeSpec
+from e2e.cluster.runner import LocalCluster
+from e2e.controller import KubeQueue, install_identity
+from e2e.support import Kubectl
+
+from bench.e2e.load import (
+    GPU,
+    Admissions,
+    PodWatch,
+    cpu_seconds,
+    create_all,
+    patch_all,
+    peak_rss_mib,
+    percentile,
+)
+from kubequeue.kube.client import KubeClient, PoolLimits, connect
+
+__all__ = ["Settings", "run_scenario"]
+
+RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
+KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = "kube-queue.io/queue-name"
+PAUSE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass(frozen=True)
+class Settings:
+    qps: float = 100.0  # both systems' client QPS and burst (stated in the report)
+    burst: int = 200
+    scale: float = 1.0
+    seed: int = 7
+    kube_queue_args: tuple[str, ...] = ()  # extra controller flags (experiments)
+
+
+def _job(
+    name: str,
+    *,
+    gpus: int = 0,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    pods: int = 1,
+    run_for: str = "600s",
+    labels: dict[str, str] | None = None,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    limits: dict[str, str] = {}
+    if gpus:
+        requests[GPU] = limits[GPU] = str(gpus)
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {"name": "main", "image": PAUSE, "resources": {"requests": requests, "limits": limits}}
+        ],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "suspend": True,
+            "parallelism": pods,
+            "completions": pods,
+            "backoffLimit": 0,
+            "template": {"metadata": {"annotations": {RUN_FOR: run_for}}, "spec": spec},
+        },
+    }
+
+
+# ---------------------------------------------------------------------------- the systems
+class System:
+    """A queue controller under test, started on a cluster, stopped afterwards."""
+
+    name = ""
+    pid: int | None = None
+
+    async def prepare(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        """Install what its queue objects need (CRDs, identity), without starting it."""
+        raise NotImplementedError
+
+    async def start(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def queue(
+        self,
+        kubectl: Kubectl,
+        name: str,
+        cpu: str,
+        memory: str,
+        gpus: int,
+        namespace: str,
+        *,
+        no_borrowing: bool = True,
+    ) -> dict[str, str]:
+        """Create a queue with this quota for jobs in ``namespace``; the labels to put on a
+        job to put it in that queue."""
+        raise NotImplementedError
+
+
+class KubeQueueSystem(System):
+    name = "kube-queue"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.kq: KubeQueue | None = None
+        self.identity: Any = None
+
+    async def prepare(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        if self.identity is None:
+            self.identity = await install_identity(
+                cluster.binaries.helm, kubectl, cluster.work_dir / "kube-queue"
+            )
+
+    async def start(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        await self.prepare(cluster, kubectl)
+        self.kq = await KubeQueue(
+            self.identity,
+            cluster.logs_dir,
+            "kube-queue",
+            "--log-level=info",
+            f"--kube-api-qps={self.settings.qps}",
+            f"--kube-api-burst={self.settings.burst}",
+            "--pods-ready-timeout=0",
+            *self.settings.kube_queue_args,
+        ).start(timeout_s=120)
+        self.pid = self.kq.process.pid
+
+    async def stop(self) -> None:
+        if self.kq is not None:
+            await self.kq.stop()
+
+    async def queue(
+        self,
+        kubectl: Kubectl,
+        name: str,
+        cpu: str,
+        memory: str,
+        gpus: int,
+        namespace: str,
+        *,
+        no_borrowing: bool = True,
+    ) -> dict[str, str]:
+        quota = {"cpu": cpu, "memory": memory, GPU: gpus}
+        spec: dict[str, Any] = {"quota": {"max": quota}}
+        if no_borrowing:
+            spec["quota"]["min"] = quota
+        await kubectl.apply(
+            {
+                "apiVersion": "kube-queue.io/v1alpha1",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        )
+        return {QUEUE_LABEL: name}
+
+
+class KueueSystem(System):
+    name = "kueue"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.running: Any = None
+
+    async def start(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        from e2e.kueue import runner
+
+        self.running = await runner.start(
+            cluster, kubectl, qps=self.settings.qps, burst=self.settings.burst
+        )
+        self.pid = self.running.pid
+
+    async def stop(self) -> None:
+        if self.running is not None:
+            await self.running.stop()
+
+    async def queue(
+        self,
+        kubectl: Kubectl,
+        name: str,
+        cpu: str,
+        memory: str,
+        gpus: int,
+        namespace: str,
+        *,
+        no_borrowing: bool = True,
+    ) -> dict[str, str]:
+        await self.running.cluster_queue(name, {"cpu": cpu, "memory": memory, GPU: gpus})
+        await self.running.local_queue(namespace, name, name)
+        return {KUEUE_LABEL: name}
+
+
+def make_system(name: str, settings: Settings) -> System:
+    return {"kube-queue": KubeQueueSystem, "kueue": KueueSystem}[name](settings)
+
+
+# ---------------------------------------------------------------------------- helpers
+@asynccontextmanager
+async def _client(cluster: LocalCluster, settings: Settings) -> AsyncIterator[KubeClient]:
+    async with connect(str(cluster.kubeconfig), limits=PoolLimits(requests=64)) as client:
+        yield client
+
+
+async def _nodes(cluster: LocalCluster, client: KubeClient, specs: Sequence[NodeSpec]) -> None:
+    """Create fake nodes and wait until every one is Ready without the not-ready taint."""
+    cluster.create_nodes(specs)
+    wanted = {s.name for s in specs}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = await client.get("/api/v1/nodes")
+        ready = {
+            n["metadata"]["name"]
+            for n in found["items"]
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n["status"].get("conditions", [])
+            )
+            and not any(
+                t.get("key") == "node.kubernetes.io/not-ready"
+                for t in n["spec"].get("taints") or []
+            )
+        }
+        if wanted <= ready:
+            return
+        await anyio.sleep(1)
+    raise TimeoutError(f"{len(wanted - ready)} nodes not ready")
+
+
+async def _namespace(client: KubeClient, name: str) -> None:
+    await client.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    for _ in range(100):  # pods are refused until the default ServiceAccount exists
+        found = await client.get(f"/api/v1/namespaces/{name}/serviceaccounts")
+        if any(sa["metadata"]["name"] == "default" for sa in found["items"]):
+            return
+        await anyio.sleep(0.2)
+
+
+async def _run_informer_until(informer: Any, done: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    async with anyio.create_task_group() as tg:
+        await tg.start(informer.run)
+        while not done() and time.monotonic() < deadline:  # noqa: ASYNC110 - a predicate
+            await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    return done()
+
+
+# ---------------------------------------------------------------------------- scenarios
+async def ceiling(cluster: LocalCluster, settings: Settings, jobs: int) -> dict[str, Any]:
+    async with _client(cluster, settings) as client:
+        await _namespace(client, "ceiling")
+        path = "/apis/batch/v1/namespaces/ceiling/jobs"
+        # As fast as the API server takes it: the best of a few client concurrencies, each
+        # on its own jobs (the same spec a queue would patch).
+        best: dict[str, Any] = {}
+        for concurrency in (32, 64, 128):
+            prefix = f"c{concurrency}"
+            await create_all(client, ((path, _job(f"{prefix}-{i:05d}")) for i in range(jobs)))
+            seconds = await patch_all(
+                client,
+                [f"{path}/{prefix}-{i:05d}" for i in range(jobs)],
+                {"spec": {"suspend": False}},
+                concurrency=concurrency,
+            )
+            rate = jobs / seconds
+            if rate > best.get("patches_per_s", 0):
+                best = {"jobs": jobs, "seconds": seconds, "patches_per_s": rate,
+                        "concurrency": concurrency}
+            await anyio.sleep(5)  # let the Job controller's pods settle before the next try
+    return best
+
+
+def _burst_shapes(rng: random.Random, count: int) -> list[tuple[int, str]]:
+    """(GPUs, CPU) per job: CPU-only 30%, 1 GPU 40%, 2 GPUs 20%, 4 GPUs 10% (1.2 GPUs on
+    average, so every job fits at once on nodes x 8 GPUs when count <= 5 x nodes)."""
+    out = []
+    for _ in range(count):
+        p = rng.random()
+        gpus = 0 if p < 0.3 else 1 if p < 0.7 else 2 if p < 0.9 else 4
+        out.append((gpus, rng.choice(["500m", "1", "2"])))
+    return out
+
+
+async def burst(
+    cluster: LocalCluster,
+    system: System,
+    settings: Settings,
+    nodes: int,
+    jobs: int,
+    backlog: bool = False,
+) -> dict[str, Any]:
+    """With ``backlog``, every job is created before the controller starts (a cold start or
+    failover with a full queue): admissions/s is then the controller's own pace, comparable to
+    the PATCH ceiling; without, jobs are admitted as fast as they are created."""
+    kubectl = Kubectl(cluster.binaries.kubectl, cluster.kubeconfig)
+    rng = random.Random(settings.seed)
+    async with _client(cluster, settings) as client:
+        await _nodes(
+            cluster,
+            client,
+            [
+                NodeSpec(f"gpu-{i:04d}", cpu="64", memory="512Gi", gpus=8, pods=250)
+                for i in range(nodes)
+            ],
+        )
+        await _namespace(client, "burst")
+        await system.prepare(cluster, kubectl)
+        if not backlog:
+            await system.start(cluster, kubectl)
+        labels = await system.queue(
+            kubectl,
+            "burst",
+            str(nodes * 64),
+            f"{nodes * 512}Gi",
+            nodes * 8,
+            "burst",
+            no_borrowing=False,
+        )
+        seen = Admissions()
+        names = [f"b-{i:05d}" for i in range(jobs)]
+        manifests = [
+            _job(name, gpus=g, cpu=c, memory="1Gi", labels=labels)
+            for name, (g, c) in zip(names, _burst_shapes(rng, jobs), strict=True)
+        ]
+        path = "/apis/batch/v1/namespaces/burst/jobs"
+        created: dict[str, float] = {}
+        if backlog:
+            await create_all(client, ((path, m) for m in manifests), created=created)
+            await system.start(cluster, kubectl)
+        cpu_before = cpu_seconds(system.pid) if system.pid else 0.0
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                _run_informer_until,
+                seen.informer(client, "burst"),
+                lambda: len(seen.admitted) >= jobs,
+                1800,
+            )
+            started = time.monotonic()
+            if not backlog:
+                await create_all(client, ((path, m) for m in manifests), created=created)
+        cpu_used = (cpu_seconds(system.pid) - cpu_before) if system.pid else float("nan")
+        rss = peak_rss_mib(system.pid) if system.pid else float("nan")
+    waits = [seen.admitted[n] - created[n] for n in names if n in seen.admitted and n in created]
+    last = max(seen.admitted.values()) if seen.admitted else float("nan")
+    if backlog and seen.admitted:
+        started = min(seen.admitted.values())  # from the first admission: the system's pace
+    return {
+        "nodes": nodes,
+        "jobs": jobs,
+        "admitted": len(seen.admitted),
+        "all_admitted_s": last - started,
+        "admissions_per_s": len(seen.admitted) / (last - started),
+        "wait_p50_s": percentile(waits, 0.5),
+        "wait_p99_s": percentile(waits, 0.99),
+        "controller_cpu_s": cpu_used,
+        "controller_peak_rss_mib": rss,
+        "admitted_twice": sum(1 for v in seen.transitions.values() if v > 1),
+    }
+
+
+async def fragmentation(
+    cluster: LocalCluster, system: System, settings: Settings, minutes: float
+) -> dict[str, Any]:
+    kubectl = Kubectl(cluster.binaries.kubectl, cluster.kubeconfig)
+    rng = random.Random(settings.seed)
+    nodes = 64
+    async with _client(cluster, settings) as client:
+        names = [f"frag-{i:02d}" for i in range(nodes)]
+        await _nodes(
+            cluster, client, [NodeSpec(n, cpu="64", memory="512Gi", gpus=8) for n in names]
+        )
+        await _namespace(client, "filler")
+        await _namespace(client, "frag")
+        # Pods no queue manages, bound straight to each node: 5-7 GPUs used, 1-3 free.
+        filler = []
+        for i, node in enumerate(names):
+            used = rng.choice([5, 6, 6, 7, 7]) if i % 8 else 0  # every 8th node stays empty
+            if used:
+                filler.append(
+                    (
+                        "/api/v1/namespaces/filler/pods",
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "metadata": {
+                                "name": f"fill-{i:02d}",
+                                "annotations": {RUN_FOR: "100000s"},
+                            },
+                            "spec": {
+                                "nodeName": node,
+                                "restartPolicy": "Never",
+                                "containers": [
+                                    {
+                                        "name": "main",
+                                        "image": PAUSE,
+                                        "resources": {
+                                            "requests": {"cpu": "1", GPU: str(used)},
+                                            "limits": {GPU: str(used)},
+                                        },
+                                    }
+                                ],
+                            },
+                        },
+                    )
+                )
+        await create_all(client, filler)
+        capacity = nodes * 8
+        free = capacity - sum(
+            int(p["spec"]["containers"][0]["resources"]["requests"][GPU]) for _, p in filler
+        )
+        await system.start(cluster, kubectl)
+        # The queue's quota: the cluster's capacity (a quota system has no other figure).
+        labels = await system.queue(
+            kubectl,
+            "frag",
+            str(nodes * 64),
+            f"{nodes * 512}Gi",
+            capacity,
+            "frag",
+            no_borrowing=False,
+        )
+        jobs: list[tuple[str, dict[str, Any]]] = []
+        for i in range(int(400 * settings.scale) or 40):
+            p = rng.random()
+            if p < 0.35:
+                gpus, pods = 1, 1
+            elif p < 0.6:
+                gpus, pods = 2, 1
+            elif p < 0.75:
+                gpus, pods = 4, 1
+            elif p < 0.85:
+                gpus, pods = 8, 1
+            else:
+                gpus, pods = 2, 4  # a gang: 4 pods x 2 GPUs, all or nothing
+            run_for = f"{rng.randint(20, 60)}s"
+            jobs.append(
+                (
+                    "/apis/batch/v1/namespaces/frag/jobs",
+                    _job(
+                        f"f-{i:04d}", gpus=gpus, pods=pods, cpu="1", run_for=run_for, labels=labels
+                    ),
+                )
+            )
+        seen = Admissions()
+        pods = PodWatch(unschedulable_after=10.0)
+        samples: list[float] = []
+        started = time.monotonic()
+        deadline = started + minutes * 60
+
+        async def sample() -> None:
+            while time.monotonic() < deadline:
+                await anyio.sleep(2)
+                pods.check_stuck()
+                used = sum(pods.gpus_by_node.values())
+                samples.append(used / capacity)
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(seen.informer(client, "frag").run)
+            await tg.start(pods.informer(client).run)
+            tg.start_soon(sample)
+            await create_all(client, jobs)
+            await anyio.sleep(max(0.0, deadline - time.monotonic()))
+            tg.cancel_scope.cancel()
+    elapsed = time.monotonic() - started
+    return {
+        "nodes": nodes,
+        "gpus": capacity,
+        "free_gpus_at_start": free,
+        "jobs": len(jobs),
+        "minutes": minutes,
+        "admitted": len(seen.admitted),
+        "finished": len(seen.finished),
+        "jobs_finished_per_min": len(seen.finished) / (elapsed / 60),
+        "gpu_utilisation_mean": sum(samples) / len(samples) if samples else float("nan"),
+        "gpu_utilisation_series": [round(s, 3) for s in samples],
+        "admitted_pods_unschedulable_over_10s": len(pods.stuck),
+    }
+
+
+async def baseline(cluster: LocalCluster, system: System, settings: Settings) -> dict[str, Any]:
+    """Kueue's test/performance/scheduler "baseline" mix, scaled: per queue 350 small (1 CPU,
+    200 ms, one every 100 ms, priority 50), 100 medium (5 CPU, 500 ms, every 500 ms, 100), 50
+    large (20 CPU, 1,000 ms, every 1,200 ms, 200); 30 queues of 20 CPU each, no borrowing; nodes
+    sized so that the cluster holds exactly the queues' quota."""
+    kubectl = Kubectl(cluster.binaries.kubectl, cluster.kubeconfig)
+    queues = 30
+    classes = [
+        ("small", 1, 0.2, 0.1, 350, 50),
+        ("medium", 5, 0.5, 0.5, 100, 100),
+        ("large", 20, 1.0, 1.2, 50, 200),
+    ]
+    async with _client(cluster, settings) as client:
+        await _nodes(
+            cluster,
+            client,
+            [NodeSpec(f"cpu-{i:02d}", cpu="20", memory="200Gi", pods=110) for i in range(queues)],
+        )
+        for _, _, _, _, _, prio in classes:
+            await kubectl.apply(
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": f"p{prio}"},
+                    "value": prio,
+                }
+            )
+        await system.start(cluster, kubectl)
+        labels = []
+        for q in range(queues):
+            ns = f"q{q:02d}"
+            await _namespace(client, ns)
+            labels.append(await system.queue(kubectl, f"cq-{q:02d}", "20", "200Gi", 0, ns))
+        seen = Admissions()
+        created: dict[str, float] = {}
+        kind_of: dict[str, str] = {}
+        total = 0
+
+        async def arrivals(q: int, cls: tuple[str, int, float, float, int, int]) -> None:
+            name, cpu, runtime, every, count, prio = cls
+            ns = f"q{q:02d}"
+            for i in range(max(1, int(count * settings.scale))):
+                job_name = f"{name}-{i:04d}"
+                kind_of[f"{ns}/{job_name}"] = name
+                manifest = _job(
+                    job_name,
+                    cpu=str(cpu),
+                    memory="1Gi",
+                    run_for=f"{runtime}s",
+                    labels=labels[q],
+                    priority_class=f"p{prio}",
+                )
+                manifest["metadata"]["namespace"] = ns
+                stamp = await create_all(
+                    client, [(f"/apis/batch/v1/namespaces/{ns}/jobs", manifest)]
+                )
+                created[f"{ns}/{job_name}"] = stamp[job_name]
+                await anyio.sleep(every)
+
+        for _, _, _, _, count, _ in classes:
+            total += queues * max(1, int(count * settings.scale))
+        usage: list[float] = []
+        pods = PodWatch()
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            await tg.start(_NamespacedAdmissions(seen).informer(client).run)
+            await tg.start(pods.informer(client).run)
+
+            async def sample() -> None:
+                while True:
+                    await anyio.sleep(1)
+                    usage.append(sum(pods.cpu_by_node.values()) / (queues * 20))
+
+            tg.start_soon(sample)
+            async with anyio.create_task_group() as feeders:
+                for q in range(queues):
+                    for cls in classes:
+                        feeders.start_soon(arrivals, q, cls)
+            while len(seen.finished) < total and time.monotonic() - started < 3600:  # noqa: ASYNC110
+                await anyio.sleep(0.5)
+            tg.cancel_scope.cancel()
+        wall = time.monotonic() - started
+    per_class: dict[str, list[float]] = {}
+    for key, t in seen.admitted.items():
+        if key in created:
+            per_class.setdefault(kind_of[key], []).append(t - created[key])
+    return {
+        "queues": queues,
+        "scale": settings.scale,
+        "jobs": total,
+        "finished": len(seen.finished),
+        "wall_s": wall,
+        "usage_mean": sum(usage) / len(usage) if usage else float("nan"),
+        **{f"avg_wait_{c}_s": sum(v) / len(v) for c, v in per_class.items() if v},
+    }
+
+
+class _NamespacedAdmissions:
+    """Admissions across namespaces, keyed namespace/name."""
+
+    def __init__(self, seen: Admissions) -> None:
+        self.seen = seen
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        renamed = {**obj, "metadata": {**meta, "name": f"{meta['namespace']}/{meta['name']}"}}
+        self.seen._observe(renamed)
+
+    def delete(self, key: str) -> None:
+        pass
+
+    def synced(self) -> None:
+        pass
+
+    def informer(self, client: KubeClient) -> Any:
+        from kubequeue.kube.informer import Informer, dict_codec
+
+        return Informer(
+            client, "bench-jobs", "/apis/batch/v1/jobs", dict_codec(), self, watch_timeout=600
+        )
+
+
+# ---------------------------------------------------------------------------- driver
+@dataclass
+class Outcome:
+    scenario: str
+    system: str
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+async def run_scenario(
+    scenario: str, system_name: str, settings: Settings, **sizes: Any
+) -> Outcome:
+    """One scenario on a fresh local cluster."""
+    with LocalCluster() as cluster:
+        if scenario == "ceiling":
+            result = await ceiling(cluster, settings, sizes["jobs"])
+            return Outcome(scenario, "client loop", result)
+        system = make_system(system_name, settings)
+        try:
+            if scenario in ("burst", "backlog"):
+                result = await burst(
+                    cluster,
+                    system,
+                    settings,
+                    sizes["nodes"],
+                    sizes["jobs"],
+                    backlog=scenario == "backlog",
+                )
+            elif scenario == "fragmentation":
+                result = await fragmentation(cluster, system, settings, sizes["minutes"])
+            elif scenario == "baseline":
+                result = await baseline(cluster, system, settings)
+            else:
+                raise ValueError(f"unknown scenario {scenario!r}")
+        finally:
+            await system.stop()
+        return Outcome(scenario, system_name, result)
+
+
+def dumps(outcomes: Sequence[Outcome]) -> str:
+    return json.dumps([o.__dict__ for o in outcomes], indent=2)
