@@ -3,7 +3,7 @@
 A smoke test of the runner the end-to-end benchmark uses, not of kube-queue: it proves that the
 out-of-cluster Configuration, the certificates and the objects the helpers write are enough for
 Kueue to admit batch Jobs by quota. Skipped unless ``E2E_KUEUE=1``: the first run builds Kueue
-(about ten minutes on two cores), which ``make test`` must never do.
+(5-10 minutes on two cores), which ``make test`` must never do.
 
 Only the ``e2e`` marker: the project runs with ``--strict-markers`` and registers markers in
 pyproject.toml, which this file must not need; the skip condition selects it instead.
@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(
         os.environ.get("E2E_KUEUE") != "1",
-        reason="Kueue runner test: set E2E_KUEUE=1 (the first run builds Kueue, ~10 min)",
+        reason="Kueue runner test: set E2E_KUEUE=1 (its first run builds Kueue, 5-10 min)",
     ),
 ]
 
