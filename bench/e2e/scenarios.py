@@ -511,6 +511,7 @@ async def fragmentation(
         "gpu_utilisation_mean": sum(samples) / len(samples) if samples else float("nan"),
         "gpu_utilisation_series": [round(s, 3) for s in samples],
         "admitted_pods_unschedulable_over_10s": len(pods.stuck),
+        "unschedulable_pods": sorted(pods.stuck),
     }
 
 

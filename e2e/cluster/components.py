@@ -102,7 +102,13 @@ def kube_controller_manager(
 
 
 def scheduler_config(kubeconfig: Path) -> str:
-    """KubeSchedulerConfiguration: the scheduler's QPS flags are ignored once --config is set."""
+    """KubeSchedulerConfiguration: the scheduler's QPS flags are ignored once --config is set.
+
+    Scoring packs GPUs (NodeResourcesFit MostAllocated, weighted to dominate the other scores),
+    as GPU clusters are run to keep whole nodes free for big pods, and as kube-queue's placement
+    simulation packs (tightest node first). With the default LeastAllocated the scheduler
+    spreads small pods onto the emptiest nodes, where kube-queue had planned the big ones.
+    """
     return "\n".join(
         [
             "apiVersion: kubescheduler.config.k8s.io/v1",
@@ -113,6 +119,21 @@ def scheduler_config(kubeconfig: Path) -> str:
             f"  burst: {CLIENT_BURST}",
             "leaderElection:",
             "  leaderElect: false",
+            "profiles:",
+            "- schedulerName: default-scheduler",
+            "  plugins:",
+            "    score:",
+            "      enabled:",
+            "      - {name: NodeResourcesFit, weight: 10}",
+            "  pluginConfig:",
+            "  - name: NodeResourcesFit",
+            "    args:",
+            "      scoringStrategy:",
+            "        type: MostAllocated",
+            "        resources:",
+            "        - {name: nvidia.com/gpu, weight: 5}",
+            "        - {name: cpu, weight: 1}",
+            "        - {name: memory, weight: 1}",
             "",
         ]
     )
