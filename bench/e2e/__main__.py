@@ -35,8 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--qps", type=float, default=100.0, help="both systems' client QPS")
     p.add_argument("--burst", type=int, default=200, help="both systems' client burst")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--kube-queue-arg", action="append", default=[],
-                   help="an extra kube-queue flag (repeatable), for experiments")
+    p.add_argument(
+        "--kube-queue-arg",
+        action="append",
+        default=[],
+        help="an extra kube-queue flag (repeatable), for experiments",
+    )
     p.add_argument("--json", metavar="PATH")
     return p
 
@@ -67,8 +71,13 @@ def _table(outcomes: list[Outcome]) -> str:
 
 
 async def _main(args: argparse.Namespace) -> list[Outcome]:
-    settings = Settings(qps=args.qps, burst=args.burst, scale=args.scale, seed=args.seed,
-                        kube_queue_args=tuple(args.kube_queue_arg))
+    settings = Settings(
+        qps=args.qps,
+        burst=args.burst,
+        scale=args.scale,
+        seed=args.seed,
+        kube_queue_args=tuple(args.kube_queue_arg),
+    )
     outcomes: list[Outcome] = []
     for scenario in args.scenarios.split(","):
         systems = ["client loop"] if scenario == "ceiling" else args.systems.split(",")

@@ -107,10 +107,12 @@ class System:
     pid: int | None = None
 
     async def prepare(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
-        """Install what its queue objects need (CRDs, identity), without starting it."""
+        """Everything its queue objects need, so they can be created; it admits nothing yet
+        unless it is started (kube-queue) or its queues are released (Kueue: stopPolicy)."""
         raise NotImplementedError
 
     async def start(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        """Admit from now on."""
         raise NotImplementedError
 
     async def stop(self) -> None:
@@ -191,19 +193,41 @@ class KubeQueueSystem(System):
 
 
 class KueueSystem(System):
+    """Kueue, started in prepare() (its queue objects need the manager's webhooks and status);
+    for a backlog its ClusterQueues are created with ``stopPolicy: Hold`` and released by
+    start(), the equivalent of starting kube-queue with a full queue."""
+
     name = "kueue"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.running: Any = None
+        self.held: list[str] = []
+        self.holding = False
+
+    async def prepare(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        if self.running is None:
+            from e2e.kueue import runner
+
+            self.running = await runner.start(
+                cluster, kubectl, qps=self.settings.qps, burst=self.settings.burst
+            )
+            self.pid = self.running.pid
+            self.holding = True
 
     async def start(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
-        from e2e.kueue import runner
-
-        self.running = await runner.start(
-            cluster, kubectl, qps=self.settings.qps, burst=self.settings.burst
-        )
-        self.pid = self.running.pid
+        await self.prepare(cluster, kubectl)
+        self.holding = False
+        for name in self.held:
+            await kubectl(
+                "patch",
+                "clusterqueue",
+                name,
+                "--type=merge",
+                "-p",
+                '{"spec":{"stopPolicy":"None"}}',
+            )
+        self.held = []
 
     async def stop(self) -> None:
         if self.running is not None:
@@ -221,7 +245,18 @@ class KueueSystem(System):
         no_borrowing: bool = True,
     ) -> dict[str, str]:
         await self.running.cluster_queue(name, {"cpu": cpu, "memory": memory, GPU: gpus})
-        await self.running.local_queue(namespace, name, name)
+        if self.holding:
+            await kubectl(
+                "patch",
+                "clusterqueue",
+                name,
+                "--type=merge",
+                "-p",
+                '{"spec":{"stopPolicy":"Hold"}}',
+            )
+            self.held.append(name)
+        # A LocalQueue of a held ClusterQueue is not Active: do not wait for it then.
+        await self.running.local_queue(namespace, name, name, wait=not self.holding)
         return {KUEUE_LABEL: name}
 
 
@@ -301,8 +336,12 @@ async def ceiling(cluster: LocalCluster, settings: Settings, jobs: int) -> dict[
             )
             rate = jobs / seconds
             if rate > best.get("patches_per_s", 0):
-                best = {"jobs": jobs, "seconds": seconds, "patches_per_s": rate,
-                        "concurrency": concurrency}
+                best = {
+                    "jobs": jobs,
+                    "seconds": seconds,
+                    "patches_per_s": rate,
+                    "concurrency": concurrency,
+                }
             await anyio.sleep(5)  # let the Job controller's pods settle before the next try
     return best
 
@@ -341,8 +380,9 @@ async def burst(
             ],
         )
         await _namespace(client, "burst")
-        await system.prepare(cluster, kubectl)
-        if not backlog:
+        if backlog:
+            await system.prepare(cluster, kubectl)
+        else:
             await system.start(cluster, kubectl)
         labels = await system.queue(
             kubectl,
