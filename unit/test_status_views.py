@@ -113,3 +113,11 @@ def test_the_cli_prints_json_verbatim_and_warns_about_a_standby(
     assert cli._print_view(args, {"leader": False, "jobs": [JOB_ROW]}) == 0
     out = capsys.readouterr()
     assert '"name": "train"' in out.out and "not the leader" in out.err
+
+
+async def test_the_plugin_says_when_the_leader_does_not_serve_the_views() -> None:
+    api = FakeApi()
+    api.put(LEASE, {"spec": {"holderIdentity": "kube-queue-7d9f-x2_ab12cd34"}})
+    async with serve(api.app) as url, client_for(url) as client:
+        with pytest.raises(LeaderNotFound, match="does not serve /debug/status on port 8080"):
+            await get_from_leader(client, "kq", "kube-queue", 8080, "/debug/status")

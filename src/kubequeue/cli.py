@@ -16,9 +16,17 @@ import anyio
 
 from kubequeue import __version__, tables
 from kubequeue.kinds.registry import DEFAULT_KINDS, KINDS
-from kubequeue.settings import Settings
+from kubequeue.settings import Settings, debug_listener
 
 __all__ = ["main"]
+
+
+def _debug_address(text: str) -> str:
+    try:
+        debug_listener(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _kinds(text: str) -> tuple[str, ...]:
@@ -61,6 +69,14 @@ def _parser() -> argparse.ArgumentParser:
         help="port for /metrics /healthz /readyz /debug/queue (0: off)",
     )
     run.add_argument("--metrics-host", default="0.0.0.0")
+    run.add_argument(
+        "--debug-address",
+        type=_debug_address,
+        default="metrics",
+        help="where /debug/queue, /debug/status and /debug/queues are served: 'metrics' (on the "
+        "metrics port, the default; kubectl queue reads them there), HOST:PORT (their own "
+        "listener, e.g. 127.0.0.1:8081 for localhost only) or 'off'",
+    )
     run.add_argument(
         "--webhook-port",
         type=int,
@@ -228,6 +244,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         namespaces=args.namespaces,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        debug_address=args.debug_address,
         webhook_port=args.webhook_port,
         webhook_host=args.webhook_host,
         webhook_cert_dir=args.webhook_cert_dir,

@@ -48,7 +48,7 @@ from kubequeue.kube.lease import LeaderElector
 from kubequeue.kube.queue_status import QUEUE_API, QueueStatusWriter
 from kubequeue.objects import Namespace, Node, Pod
 from kubequeue.queueing.queue import JobQueue
-from kubequeue.settings import Settings
+from kubequeue.settings import Settings, debug_listener
 from kubequeue.status import queue_rows, queue_status
 from kubequeue.webhook.server import WebhookServer
 
@@ -206,6 +206,7 @@ class Controller:
             "controller.starting", kinds=list(s.kinds), api=self.client.host, identity=s.identity
         )
         async with anyio.create_task_group() as tg:
+            debug_own = debug_listener(s.debug_address)
             if s.metrics_port:
                 server = HealthServer(
                     s.metrics_host,
@@ -214,8 +215,19 @@ class Controller:
                     lambda: self.ready,
                     self.cycle,
                     lambda: self.leading,
+                    debug=s.debug_address == "metrics",
                 )
                 tg.start_soon(server.run, name="health-server")
+            if debug_own is not None:
+                views = HealthServer(
+                    *debug_own,
+                    self.tracker,
+                    lambda: self.ready,
+                    self.cycle,
+                    lambda: self.leading,
+                    probes=False,
+                )
+                tg.start_soon(views.run, name="debug-server")
             if s.webhook_port:
                 webhook = WebhookServer(s.webhook_host, s.webhook_port, Path(s.webhook_cert_dir))
                 tg.start_soon(webhook.run, name="webhook-server")

@@ -6,6 +6,10 @@ queue views /debug/status (every waiting job: position in its queue, demand, why
 is about serving, leadership is a separate gauge). The queue views answer the question users ask
 most, "where is my job in line, and why is it waiting?"; they show job names, demand and
 reasons, never specs. Only the leader evaluates jobs, so ask the leader (``kubectl queue`` does).
+
+The same class serves either set or both: ``--debug-address`` can move the queue views to a
+listener of their own (e.g. localhost only) where job names are not for everyone on the pod
+network.
 """
 
 from __future__ import annotations
@@ -60,7 +64,12 @@ class HealthServer:
         is_ready: Callable[[], bool],
         cycle: AdmissionCycle | None = None,
         is_leader: Callable[[], bool] = lambda: True,
+        *,
+        probes: bool = True,
+        debug: bool = True,
     ) -> None:
+        self.probes = probes
+        self.debug = debug
         self.host = host
         self.port = port
         self.tracker = tracker
@@ -70,12 +79,14 @@ class HealthServer:
 
     async def run(self) -> None:
         app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/debug/queue", self._queue)
-        app.router.add_get("/debug/status", self._status)
-        app.router.add_get("/debug/queues", self._queues)
+        if self.probes:
+            app.router.add_get("/healthz", self._healthz)
+            app.router.add_get("/readyz", self._readyz)
+            app.router.add_get("/metrics", self._metrics)
+        if self.debug:
+            app.router.add_get("/debug/queue", self._queue)
+            app.router.add_get("/debug/status", self._status)
+            app.router.add_get("/debug/queues", self._queues)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)

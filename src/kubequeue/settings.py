@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from kubequeue.kinds.registry import DEFAULT_KINDS
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "debug_listener"]
 
 
 def _default_namespace() -> str:
@@ -43,6 +43,11 @@ class Settings:
     """Port for /metrics, /healthz, /readyz and /debug/queue (0 disables the server)."""
     metrics_host: str = "0.0.0.0"
     """Address the metrics server binds; 0.0.0.0 so Prometheus can scrape the pod."""
+    debug_address: str = "metrics"
+    """Where the queue views (/debug/*: job names, queues, demand, reasons) are served:
+    ``metrics`` (on the metrics server, reachable by ``kubectl queue`` through the API server's
+    pod proxy), ``HOST:PORT`` (their own listener, e.g. 127.0.0.1:8081 for localhost only, then
+    read with ``kubectl port-forward``), or ``off``."""
     webhook_port: int = 0
     """Port of the mutating admission webhook (HTTPS); 0 disables it."""
     webhook_host: str = "0.0.0.0"
@@ -93,3 +98,18 @@ class Settings:
     resync_seconds: float = 600.0
     """Job kinds and PriorityClasses are listed again at least this often, so every job is
     judged again from the server's copy (0: only after 410 Gone)."""
+
+
+def debug_listener(address: str) -> tuple[str, int] | None:
+    """The (host, port) of a listener of its own for the queue views, or None when they are on
+    the metrics server or off; ValueError saying what is wrong with a malformed address."""
+    if address in ("metrics", "off"):
+        return None
+    host, sep, port_text = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(
+            f"debug address {address!r}: expected 'metrics', 'off' or HOST:PORT with a port "
+            "in 1-65535 (e.g. 127.0.0.1:8081)"
+        )
+    return host, int(port_text)

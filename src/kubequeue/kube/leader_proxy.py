@@ -47,4 +47,14 @@ async def get_from_leader(
 ) -> Any:
     pod = await leader_pod(client, namespace, lease)
     proxied = f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy{path}"
-    return msgspec.json.decode(await client.request("GET", proxied, query=query))
+    try:
+        return msgspec.json.decode(await client.request("GET", proxied, query=query))
+    except ApiError as exc:
+        if exc.not_found:
+            # The pod exists (it holds the Lease) but nothing answers at that path.
+            raise LeaderNotFound(
+                f"the leader {namespace}/{pod} does not serve {path} on port {port}: it may run "
+                "with --debug-address off or HOST:PORT (then use kubectl port-forward), or "
+                "another --port"
+            ) from None
+        raise
