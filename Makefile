@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 IMAGE ?= kube-queue:dev
 
-.PHONY: help venv cluster-binaries run test unit e2e lint image bench clean
+.PHONY: help venv cluster-binaries run test unit e2e lint image bench bench-e2e clean
 
 help:
 	@echo "make run     - local cluster with fake GPU nodes + controller + example jobs (or the cluster in \$$KUBECONFIG)"
@@ -16,6 +16,7 @@ help:
 	@echo "make e2e     - e2e tests only (E2E_CLUSTER=kind to use your kind cluster)"
 	@echo "make lint    - ruff, mypy --strict, import layering (lint-imports), helm lint"
 	@echo "make bench   - admission-core benchmark (prints numbers)"
+	@echo "make bench-e2e - end-to-end benchmark on the local cluster, kube-queue and Kueue side by side (BENCH_E2E_ARGS=...)"
 	@echo "make image   - build the container image with podman or docker"
 
 $(STAMP): pyproject.toml
@@ -54,6 +55,12 @@ lint: $(STAMP) cluster-binaries
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# Long (tens of minutes with every scenario and Kueue; Kueue is built on first use). Not part of
+# `make test`. Narrow it with e.g. BENCH_E2E_ARGS='--scenarios backlog --systems kube-queue'.
+BENCH_E2E_ARGS ?=
+bench-e2e: $(STAMP) cluster-binaries
+	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)
 
 image:
 	@if command -v podman >/dev/null; then podman build -f Containerfile -t $(IMAGE) .; \
