@@ -33,10 +33,10 @@ SYSTEM_NAMESPACE = "kube-queue-system"
 RELEASE = "e2e"
 
 
-async def render_chart(helm: Path, *set_values: str, namespace: str = SYSTEM_NAMESPACE
-                       ) -> list[dict[str, Any]]:
+async def render_chart(helm: Path, *set_values: str, namespace: str = SYSTEM_NAMESPACE,
+                       release: str = RELEASE) -> list[dict[str, Any]]:
     """``helm template`` the chart; returns the manifests as dicts."""
-    args = [str(helm), "template", RELEASE, str(CHART), "--namespace", namespace]
+    args = [str(helm), "template", release, str(CHART), "--namespace", namespace]
     for value in set_values:
         args += ["--set", value]
     proc = await asyncio.create_subprocess_exec(
@@ -51,13 +51,15 @@ async def render_chart(helm: Path, *set_values: str, namespace: str = SYSTEM_NAM
 class ControllerIdentity:
     """A kubeconfig that authenticates as the chart's ServiceAccount."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, rbac: list[dict[str, Any]] | None = None) -> None:
         self.kubeconfig = kubeconfig
+        self.rbac = rbac or []
+        """The RBAC objects applied for it (so a test can delete them)."""
 
 
-async def install_identity(helm: Path, kubectl: Kubectl, work_dir: Path, *set_values: str
-                           ) -> ControllerIdentity:
-    manifests = await render_chart(helm, *set_values)
+async def install_identity(helm: Path, kubectl: Kubectl, work_dir: Path, *set_values: str,
+                           release: str = RELEASE) -> ControllerIdentity:
+    manifests = await render_chart(helm, *set_values, release=release)
     rbac_kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     existing = await kubectl("get", "namespace", "-o", "name")
     if f"namespace/{SYSTEM_NAMESPACE}" not in existing.split():
@@ -82,11 +84,11 @@ async def install_identity(helm: Path, kubectl: Kubectl, work_dir: Path, *set_va
         "contexts": [{"name": "kube-queue", "context": {"cluster": "e2e", "user": account}}],
         "current-context": "kube-queue",
     }
-    path = work_dir / "kube-queue.kubeconfig"
+    path = work_dir / f"kube-queue-{release}.kubeconfig"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
-    return ControllerIdentity(path)
+    return ControllerIdentity(path, rbac)
 
 
 def free_port() -> int:
