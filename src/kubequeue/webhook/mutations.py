@@ -84,22 +84,9 @@ def auto_queue(kind: str, obj: dict[str, Any]) -> JsonPatch:
     ops: JsonPatch = []
     if dig(obj, *field) is not True:
         ops += _set(obj, field, True)
-    if kind in _KUBEFLOW or kind == "SparkApplication":
-        # The annotation too: operator builds that only know the annotation still hold it.
-        if "annotations" not in (obj.get("metadata") or {}):
-            ops.append(
-                {
-                    "op": "add",
-                    "path": "/metadata/annotations",
-                    "value": {SUSPEND_ANNOTATION: "true"},
-                }
-            )
-        else:
-            ops.append(
-                {
-                    "op": "add",
-                    "path": f"/metadata/annotations/{_escape(SUSPEND_ANNOTATION)}",
-                    "value": "true",
-                }
-            )
+    # The annotation too: operator builds that only know the annotation still hold it. (A
+    # metadata that is not an object is left for the API server to reject: replacing it would
+    # drop the name.)
+    if (kind in _KUBEFLOW or kind == "SparkApplication") and isinstance(obj.get("metadata"), dict):
+        ops += _set(obj, ("metadata", "annotations", SUSPEND_ANNOTATION), "true")
     return ops

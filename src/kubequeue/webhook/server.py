@@ -34,10 +34,15 @@ _MUTATORS: dict[str, Callable[[str, dict[str, Any]], JsonPatch]] = {
 def review_response(
     review: dict[str, Any], mutator: Callable[[str, dict[str, Any]], JsonPatch]
 ) -> dict[str, Any]:
-    request = review.get("request") or {}
-    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    request = review.get("request")
+    if not isinstance(request, dict):
+        request = {}
+    uid = request.get("uid")
+    response: dict[str, Any] = {"uid": uid if isinstance(uid, str) else "", "allowed": True}
     obj = request.get("object")
-    kind = (request.get("kind") or {}).get("kind", "")
+    group_kind = request.get("kind")
+    kind = group_kind.get("kind") if isinstance(group_kind, dict) else ""
+    kind = kind if isinstance(kind, str) else ""
     if request.get("operation") == "CREATE" and isinstance(obj, dict):
         ops = mutator(kind, obj)
         if ops:
@@ -90,9 +95,14 @@ class WebhookServer:
         async def handle(request: web.Request) -> web.Response:
             try:
                 review = await request.json()
+                if not isinstance(review, dict):
+                    raise TypeError(f"an AdmissionReview is an object, not {type(review).__name__}")
                 return web.json_response(review_response(review, mutator))
-            except (ValueError, AttributeError, TypeError) as exc:
-                log.warning("webhook.bad_review", error=str(exc))
+            except web.HTTPException:
+                raise  # e.g. 413: the body is over client_max_size
+            except Exception as exc:
+                # (RecursionError from deep nesting, UnicodeDecodeError, ValueError, ...)
+                log.warning("webhook.bad_review", error=f"{type(exc).__name__}: {exc}"[:300])
                 return web.json_response(
                     {
                         "apiVersion": "admission.k8s.io/v1",
@@ -100,7 +110,9 @@ class WebhookServer:
                         "response": {
                             "uid": "",
                             "allowed": True,
-                            "warnings": [f"kube-queue: {exc}"],
+                            "warnings": [
+                                f"kube-queue: unreadable AdmissionReview ({type(exc).__name__})"
+                            ],
                         },
                     }
                 )
