@@ -9,15 +9,21 @@ reserved per run (ports.py), so several clusters can run on one machine.
 from __future__ import annotations
 
 import atexit
+import base64
+import contextlib
+import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from e2e.cluster import components
 from e2e.cluster.build import Binaries, Log, ensure_binaries, say
@@ -87,6 +93,8 @@ class LocalCluster:
         self._processes: list[Process] = []
         self.server = ""
         self.timings: dict[str, float] = {}
+        self.ports: components.Ports | None = None
+        self._admin_tls: ssl.SSLContext | None = None
 
     @property
     def binaries(self) -> Binaries:
@@ -138,6 +146,7 @@ class LocalCluster:
             kwok=take(),
         )
         pki = generate_pki(self.work_dir / "pki", components.SERVICE_IP)
+        self.ports = ports
         self.server = f"https://127.0.0.1:{ports.apiserver}"
         write_kubeconfig(
             self.kubeconfig, self.server, pki.ca.cert, pki.admin, "kube-queue-e2e-admin"
@@ -159,6 +168,7 @@ class LocalCluster:
         scheduler_config = self.work_dir / "scheduler-config.yaml"
         scheduler_config.write_text(components.scheduler_config(scheduler_kubeconfig))
         api_tls = client_tls(pki.ca.cert, pki.admin.cert, pki.admin.key)
+        self._admin_tls = api_tls
         local_tls = self_signed_tls()
 
         etcd = self._spawn("etcd", components.etcd(binaries, self._etcd_dir(), ports))
@@ -233,6 +243,48 @@ class LocalCluster:
         self.timings[what] = wait_for(
             f"{what} ({url})", lambda: http_ok(url, tls), timeout_s, process
         )
+
+    def restart(self, name: str, kill: bool = True) -> float:
+        """Stop one component (SIGKILL by default: a crash, not a shutdown) and start it again
+        with the same flags; returns the seconds until it was healthy again. For fault tests:
+        the kube-apiserver or etcd going away under the controller."""
+        process = next(p for p in self._processes if p.name == name)
+        if kill and process.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        process.stop(grace_s=10.0)
+        started = time.monotonic()
+        process.start()
+        assert self.ports is not None
+        probes = {
+            "kube-apiserver": (f"{self.server}/readyz", self._admin_tls),
+            "etcd": (f"http://127.0.0.1:{self.ports.etcd_client}/health", None),
+        }
+        if name in probes:
+            url, tls = probes[name]
+            wait_for(f"{name} ({url})", lambda: http_ok(url, tls), APISERVER_TIMEOUT_S, process)
+        return time.monotonic() - started
+
+    def etcd_compact(self) -> int:
+        """Compact etcd up to its current revision (through etcd's JSON gateway, no etcdctl):
+        after this, a watch that resumes from an older resourceVersion gets 410 Gone once the
+        API server's watch cache cannot serve it (e.g. after an API server restart). Returns the
+        revision compacted to."""
+        assert self.ports is not None
+        base = f"http://127.0.0.1:{self.ports.etcd_client}/v3/kv"
+
+        def post(path: str, body: dict[str, object]) -> dict[str, Any]:
+            request = urllib.request.Request(
+                f"{base}/{path}", data=json.dumps(body).encode(), method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                answer: dict[str, Any] = json.loads(resp.read())
+                return answer
+
+        revision = int(post("range", {"key": base64.b64encode(b"/").decode(), "limit": 1})
+                       ["header"]["revision"])
+        post("compaction", {"revision": revision, "physical": True})
+        return revision
 
     def ensure_running(self) -> None:
         """Raise ComponentError (with its log tail) if any component has exited."""

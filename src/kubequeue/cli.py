@@ -99,6 +99,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--lease-name", default="kube-queue")
     run.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        help="seconds a standby waits on an unrenewed Lease before taking it (default 15)",
+    )
+    run.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=10.0,
+        help="seconds the leader keeps admitting without renewing the Lease; must be below "
+        "--lease-duration so it stops before a standby can take over (default 10)",
+    )
+    run.add_argument(
+        "--retry-period",
+        type=float,
+        default=2.0,
+        help="seconds between Lease attempts (default 2)",
+    )
+    run.add_argument(
         "--lease-namespace",
         help="namespace of the Lease (default: the pod's own namespace, else 'default')",
     )
@@ -252,6 +271,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         log_level=args.log_level,
         leader_elect=args.leader_elect,
         lease_name=args.lease_name,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
         strict_fifo=args.strict_fifo,
         max_inflight=args.max_inflight,
         starvation_seconds=args.starvation_timeout,
@@ -302,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return _print_view(args, data)
     settings = _settings(args)
+    problem = settings.lease_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from kubequeue import controller
     from kubequeue.observability.logging import configure
 

@@ -63,7 +63,10 @@ class Settings:
     identity: str = field(default_factory=_default_identity)
     """This replica's name in the Lease: pod name plus a random suffix (unique per process)."""
     lease_duration: float = 15.0
+    """A standby takes the Lease after seeing it unrenewed this long."""
     renew_deadline: float = 10.0
+    """The leader stops admitting when it could not renew for this long: below lease_duration,
+    so it has stopped before any standby can take over (the gap absorbs clock-rate skew)."""
     retry_period: float = 2.0
     strict_fifo: bool = False
     """StrictFIFO: a job that does not fit blocks every job behind it (no backfill). The default,
@@ -98,6 +101,19 @@ class Settings:
     resync_seconds: float = 600.0
     """Job kinds and PriorityClasses are listed again at least this often, so every job is
     judged again from the server's copy (0: only after 410 Gone)."""
+
+    def lease_problem(self) -> str | None:
+        """Why the leader-election timings are unsafe, or None: a leader that could keep
+        admitting after a standby took over would admit concurrently with it."""
+        if not self.leader_elect:
+            return None
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            return (
+                f"leader election needs 0 < --retry-period ({self.retry_period:g}) < "
+                f"--renew-deadline ({self.renew_deadline:g}) < --lease-duration "
+                f"({self.lease_duration:g})"
+            )
+        return None
 
 
 def debug_listener(address: str) -> tuple[str, int] | None:
