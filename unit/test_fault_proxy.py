@@ -8,7 +8,6 @@ import time
 import anyio
 import pytest
 from anyio.abc import SocketStream
-
 from e2e.chaos.proxy import FaultProxy
 
 
@@ -49,11 +48,14 @@ async def test_pass_delay_drop_reset() -> None:
             assert proxy.dropped_bytes == 4
 
             proxy.set("reset")
-            with pytest.raises((anyio.BrokenResourceError, anyio.EndOfStream, OSError)):
-                await conn.send(b"x")
-                await conn.receive()
-            with pytest.raises((anyio.BrokenResourceError, anyio.EndOfStream, OSError)):
-                fresh = await anyio.connect_tcp("127.0.0.1", proxy.port)
-                await fresh.send(b"x")
-                await fresh.receive()
+            broken = (anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+            with pytest.raises(broken):
+                await _round_trip(conn)
+            with pytest.raises(broken):
+                await _round_trip(await anyio.connect_tcp("127.0.0.1", proxy.port))
         tg.cancel_scope.cancel()
+
+
+async def _round_trip(conn: SocketStream) -> bytes:
+    await conn.send(b"x")
+    return await conn.receive()
