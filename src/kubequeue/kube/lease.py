@@ -89,13 +89,16 @@ class LeaderElector:
                     await lead()
                     tg.cancel_scope.cancel()
             finally:
+                # Everything lead() started has ended by now: this is the moment this replica
+                # stopped acting as leader, so it is logged before the (bounded, possibly
+                # hanging) release, and fault tests can compare it with a successor's start.
                 was_leading = self.leading
                 self.leading = False
                 metrics.IS_LEADER.set(0)
+                log.warning("leader.lost", lease=f"{self.namespace}/{self.name}")
                 if was_leading:
                     with anyio.CancelScope(shield=True):
                         await self._release()
-            log.warning("leader.lost", lease=f"{self.namespace}/{self.name}")
 
     async def _acquire(self) -> None:
         while True:
