@@ -96,16 +96,12 @@ class Findings:
             self.violations.append(text)
 
 
-class Checker:
-    def __init__(
-        self,
-        kubeconfig: Path,
-        namespace: str,
-        unschedulable_grace_s: float = 15.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.server, self._tls = admin_tls(kubeconfig)
-        self.namespace = namespace
+class Invariants:
+    """The bookkeeping and the rules, fed one object at a time (by Checker's watches, or by a
+    unit test): no I/O here."""
+
+    def __init__(self, unschedulable_grace_s: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.grace = unschedulable_grace_s
         self.clock = clock
         self.jobs: dict[str, JobSeen] = {}
@@ -114,7 +110,6 @@ class Checker:
         self.reasons: dict[str, set[str]] = {}
         self.found = Findings()
         self.admission_times: list[float] = []
-        self._synced: set[str] = set()
 
     # ------------------------------------------------------------------ what the test tells us
     def user_suspended(self, name: str) -> None:
@@ -125,7 +120,7 @@ class Checker:
         self.jobs.setdefault(name, JobSeen(self.clock())).deleted = True
 
     # ------------------------------------------------------------------ observations
-    def _job(self, obj: dict[str, Any], deleted: bool = False) -> None:
+    def job_seen(self, obj: dict[str, Any], deleted: bool = False) -> None:
         meta = obj.get("metadata") or {}
         name = meta["name"]
         seen = self.jobs.setdefault(name, JobSeen(self.clock()))
@@ -153,7 +148,7 @@ class Checker:
         seen.suspended = suspended
         seen.admitted_at = stamp if not suspended else seen.admitted_at
 
-    def _pod(self, obj: dict[str, Any], deleted: bool = False) -> None:
+    def pod_seen(self, obj: dict[str, Any], deleted: bool = False) -> None:
         meta = obj.get("metadata") or {}
         name = meta["name"]
         if deleted:
@@ -182,7 +177,7 @@ class Checker:
         if spec.get("nodeName"):
             self._check_node(spec["nodeName"])
 
-    def _node(self, obj: dict[str, Any], deleted: bool = False) -> None:
+    def node_seen(self, obj: dict[str, Any], deleted: bool = False) -> None:
         name = obj["metadata"]["name"]
         if deleted:
             self.nodes.pop(name, None)
@@ -190,7 +185,7 @@ class Checker:
         alloc = (obj.get("status") or {}).get("allocatable") or {}
         self.nodes[name] = {res: milli(qty) for res, qty in alloc.items()}
 
-    def _event(self, obj: dict[str, Any], deleted: bool = False) -> None:
+    def event_seen(self, obj: dict[str, Any], deleted: bool = False) -> None:
         if deleted:
             return
         involved = obj.get("involvedObject") or {}
@@ -238,16 +233,32 @@ class Checker:
                     self.found.add(f"job {name} waits with no Event saying why")
         return self.found.violations
 
-    # ------------------------------------------------------------------ watching
+
+
+class Checker(Invariants):
+    """Invariants fed by an independent list+watch of one namespace (and all nodes)."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        unschedulable_grace_s: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(unschedulable_grace_s, clock)
+        self.server, self._tls = admin_tls(kubeconfig)
+        self.namespace = namespace
+        self._synced: set[str] = set()
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Checker]:
         """Watch while the block runs; returns once every watch has listed."""
         ns = self.namespace
         streams: list[tuple[str, Callable[..., None]]] = [
-            ("/api/v1/nodes", self._node),
-            (f"/apis/batch/v1/namespaces/{ns}/jobs", self._job),
-            (f"/api/v1/namespaces/{ns}/pods", self._pod),
-            (f"/api/v1/namespaces/{ns}/events", self._event),
+            ("/api/v1/nodes", self.node_seen),
+            (f"/apis/batch/v1/namespaces/{ns}/jobs", self.job_seen),
+            (f"/api/v1/namespaces/{ns}/pods", self.pod_seen),
+            (f"/api/v1/namespaces/{ns}/events", self.event_seen),
         ]
         connector = aiohttp.TCPConnector(ssl=self._tls, limit=16)
         async with aiohttp.ClientSession(connector=connector) as session, \

@@ -112,8 +112,12 @@ def workload(rng: random.Random, count: int, prefix: str) -> list[dict[str, Any]
         p = rng.random()
         gpus = 0 if p < 0.2 else 1 if p < 0.6 else 2 if p < 0.85 else 4
         pods = 2 if gpus and rng.random() < 0.15 else 1
+        # Mostly short runs (several waves through the GPUs), and some longer than the
+        # checker's 15 s grace, so that an over-admitted pod would stay Pending long enough
+        # to be caught.
+        runtime = rng.uniform(18, 24) if rng.random() < 0.25 else rng.uniform(2, 6)
         out.append(job(f"{prefix}-{i:04d}", gpus=gpus, pods=pods, cpu=rng.choice(["500m", "1"]),
-                       memory="1Gi", run_for=f"{rng.uniform(2, 6):.1f}s"))
+                       memory="1Gi", run_for=f"{runtime:.1f}s"))
     return out
 
 
@@ -266,7 +270,7 @@ class Campaign:
                     heals.append(time.time())
                     if rng.random() < 0.8:
                         with anyio.fail_after(60):
-                            while not done.is_set() and not await kq.is_leader():
+                            while not done.is_set() and not await kq.is_leader():  # noqa: ASYNC110 - a poll
                                 await anyio.sleep(0.2)
 
             async def apiserver_restart(compact: bool = False) -> None:
