@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 IMAGE ?= kube-queue:dev
 
-.PHONY: help venv cluster-binaries run test unit e2e lint image bench bench-e2e clean
+.PHONY: help venv cluster-binaries run test unit e2e lint image bench bench-e2e chaos clean
 
 help:
 	@echo "make run     - local cluster with fake GPU nodes + controller + example jobs (or the cluster in \$$KUBECONFIG)"
@@ -17,6 +17,7 @@ help:
 	@echo "make lint    - ruff, mypy --strict, import layering (lint-imports), helm lint"
 	@echo "make bench   - admission-core benchmark (prints numbers)"
 	@echo "make bench-e2e - end-to-end benchmark on the local cluster, kube-queue and Kueue side by side (BENCH_E2E_ARGS=...)"
+	@echo "make chaos   - fault campaign + scale soak on the local cluster, judged by an independent checker (CHAOS_ARGS=...)"
 	@echo "make image   - build the container image with podman or docker"
 
 $(STAMP): pyproject.toml
@@ -61,6 +62,14 @@ bench: $(STAMP)
 BENCH_E2E_ARGS ?=
 bench-e2e: $(STAMP) cluster-binaries
 	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)
+
+# The fault campaign of docs/reliability.md: every fault, 3 seeds, plus the scale soak (500 nodes,
+# 5,000 jobs); about 40 min on 2 cores. `make test` runs each fault once on a small burst.
+# Narrow it with e.g. CHAOS_ARGS='--faults leader-cutoff --runs 5' or CHAOS_ARGS='--faults ""
+# --scale'.
+CHAOS_ARGS ?= --runs 3 --jobs 60 --scale
+chaos: $(STAMP) cluster-binaries
+	$(PY) -m e2e.chaos $(CHAOS_ARGS)
 
 image:
 	@if command -v podman >/dev/null; then podman build -f Containerfile -t $(IMAGE) .; \

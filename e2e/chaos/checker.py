@@ -106,8 +106,11 @@ class Invariants:
         self.clock = clock
         self.jobs: dict[str, JobSeen] = {}
         self.pods: dict[str, PodSeen] = {}
+        self.used: dict[str, dict[str, int]] = {}
         self.nodes: dict[str, dict[str, int]] = {}
         self.reasons: dict[str, set[str]] = {}
+        self.events_from: dict[str, int] = {}
+        """Event objects seen (created or updated: a repeated Event counts again), by source."""
         self.found = Findings()
         self.admission_times: list[float] = []
 
@@ -152,7 +155,7 @@ class Invariants:
         meta = obj.get("metadata") or {}
         name = meta["name"]
         if deleted:
-            self.pods.pop(name, None)
+            self._charge(self.pods.pop(name, None), -1)
             return
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         requests: dict[str, int] = {}
@@ -167,15 +170,27 @@ class Invariants:
         since = (before.unschedulable_since if before and before.unschedulable_since else
                  self.clock()) if unschedulable and not spec.get("nodeName") else None
         job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name", "")
-        self.pods[name] = PodSeen(
+        seen = PodSeen(
             job=job,
             node=spec.get("nodeName") or "",
             requests=requests,
             terminal=status.get("phase") in ("Succeeded", "Failed"),
             unschedulable_since=since,
         )
-        if spec.get("nodeName"):
-            self._check_node(spec["nodeName"])
+        self._charge(before, -1)
+        self._charge(seen, +1)
+        self.pods[name] = seen
+        if seen.node:
+            self._check_node(seen.node)
+
+    def _charge(self, pod: PodSeen | None, sign: int) -> None:
+        """Keeps every node's sum of bound, non-terminal requests (updated per pod event, so
+        thousands of pods cost nothing per check)."""
+        if pod is None or not pod.node or pod.terminal:
+            return
+        used = self.used.setdefault(pod.node, {})
+        for res, qty in pod.requests.items():
+            used[res] = used.get(res, 0) + sign * qty
 
     def node_seen(self, obj: dict[str, Any], deleted: bool = False) -> None:
         name = obj["metadata"]["name"]
@@ -188,6 +203,8 @@ class Invariants:
     def event_seen(self, obj: dict[str, Any], deleted: bool = False) -> None:
         if deleted:
             return
+        source = (obj.get("source") or {}).get("component") or obj.get("reportingComponent")
+        self.events_from[str(source)] = self.events_from.get(str(source), 0) + 1
         involved = obj.get("involvedObject") or {}
         if involved.get("kind") == "Job":
             self.reasons.setdefault(involved.get("name", ""), set()).add(
@@ -198,11 +215,7 @@ class Invariants:
         alloc = self.nodes.get(node)
         if alloc is None:
             return
-        used: dict[str, int] = {}
-        for pod in self.pods.values():
-            if pod.node == node and not pod.terminal:
-                for res, qty in pod.requests.items():
-                    used[res] = used.get(res, 0) + qty
+        used = self.used.get(node, {})
         for res in ("cpu", "memory", GPU):
             if used.get(res, 0) > alloc.get(res, 0):
                 self.found.add(f"node {node} over-committed on {res}: "

@@ -106,16 +106,18 @@ class AdminApi:
         return await self.call("PATCH", path, body, "application/merge-patch+json")
 
 
-def workload(rng: random.Random, count: int, prefix: str) -> list[dict[str, Any]]:
+def workload(rng: random.Random, count: int, prefix: str,
+             runtime_s: tuple[float, float] = (2, 6), long_share: float = 0.25
+             ) -> list[dict[str, Any]]:
+    """Mixed shapes: 0/1/2/4 GPUs, some 2-pod gangs. Mostly ``runtime_s`` runs, and a
+    ``long_share`` of 18-24 s runs, longer than the checker's 15 s grace, so that an
+    over-admitted pod would stay Pending long enough to be caught."""
     out = []
     for i in range(count):
         p = rng.random()
         gpus = 0 if p < 0.2 else 1 if p < 0.6 else 2 if p < 0.85 else 4
         pods = 2 if gpus and rng.random() < 0.15 else 1
-        # Mostly short runs (several waves through the GPUs), and some longer than the
-        # checker's 15 s grace, so that an over-admitted pod would stay Pending long enough
-        # to be caught.
-        runtime = rng.uniform(18, 24) if rng.random() < 0.25 else rng.uniform(2, 6)
+        runtime = rng.uniform(18, 24) if rng.random() < long_share else rng.uniform(*runtime_s)
         out.append(job(f"{prefix}-{i:04d}", gpus=gpus, pods=pods, cpu=rng.choice(["500m", "1"]),
                        memory="1Gi", run_for=f"{runtime:.1f}s"))
     return out
