@@ -348,3 +348,12 @@ def test_load_prefers_an_explicit_kubeconfig_then_in_cluster(tmp_path: Path) -> 
     )
     assert load(None, environ={"KUBECONFIG": str(path)}).token == "t"
 
+
+def test_the_kubectl_plugin_reports_a_bad_kubeconfig_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kubequeue.cli import plugin_main
+
+    path = write(tmp_path / "config", config(user={"auth-provider": {"name": "oidc"}}))
+    assert plugin_main(["--kubeconfig", str(path), "status"]) == 1
+    assert capsys.readouterr().err.startswith("error: user 'dev' in ")
