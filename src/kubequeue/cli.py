@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the controller")
     run.add_argument(
         "--kubeconfig",
-        help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, then in-cluster)",
+        help="kubeconfig path (default: in-cluster when run in a pod, else $KUBECONFIG, else "
+        "~/.kube/config)",
     )
     run.add_argument("--context", help="kubeconfig context")
     run.add_argument(
