@@ -27,14 +27,13 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import load_kube_config
 
 from e2e.cluster.build import ensure_binaries
 from e2e.cluster.ports import PortReservation
 from e2e.cluster.processes import Process
 from e2e.cluster.runner import RUNS_DIR, LocalCluster, claim_work_dir, start_kwok
 from e2e.support import ClusterHandle, FakeNodes, Kubectl, KubectlError, new_test_id, wait_until
+from kubequeue.kube.client import KubeClient, connect
 
 CLUSTER_KEY = pytest.StashKey[ClusterHandle]()
 
@@ -136,15 +135,9 @@ def kubectl(cluster: ClusterHandle) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
-async def api_client(cluster: ClusterHandle) -> AsyncIterator[ApiClient]:
-    """A kubernetes_asyncio ApiClient for the session's cluster (shared connection pool)."""
-    configuration = Configuration()
-    await load_kube_config(
-        config_file=str(cluster.kubeconfig),
-        context=cluster.context,
-        client_configuration=configuration,
-    )
-    async with ApiClient(configuration) as client:
+async def api_client(cluster: ClusterHandle) -> AsyncIterator[KubeClient]:
+    """kube-queue's own API client (kube/client.py) for the session's cluster, as its admin."""
+    async with connect(str(cluster.kubeconfig), cluster.context) as client:
         yield client
 
 

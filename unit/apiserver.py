@@ -17,9 +17,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
-from kubernetes_asyncio import client as k8s_client
 
 from kubequeue.kube.client import KubeClient, PoolLimits, open_client
+from kubequeue.kube.kubeconfig import ClusterAccess
 
 
 @asynccontextmanager
@@ -70,15 +70,16 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, bytes]:
     return lines[0], body
 
 
-def configuration(url: str) -> Any:
-    cfg = k8s_client.Configuration()
-    cfg.host = url
-    return cfg
+def access(url: str, **fields: Any) -> ClusterAccess:
+    """The server at ``url``, without credentials unless given."""
+    return ClusterAccess(server=url, **fields)
 
 
 @asynccontextmanager
-async def client_for(url: str, limits: PoolLimits | None = None) -> AsyncIterator[KubeClient]:
-    async with open_client(configuration(url), limits or PoolLimits()) as client:
+async def client_for(
+    url: str, limits: PoolLimits | None = None, **fields: Any
+) -> AsyncIterator[KubeClient]:
+    async with open_client(access(url, **fields), limits or PoolLimits()) as client:
         yield client
 
 

@@ -279,6 +279,13 @@ def test_rayjob_autoscaling_http_mode_and_existing_cluster() -> None:
     assert list(demand(RayJobKind(), existing)) == ["submitter"]
 
 
+def test_rayjob_worker_groups_that_are_not_a_list_are_an_input_error() -> None:
+    job = rayjob()
+    job["spec"]["rayClusterSpec"]["workerGroupSpecs"] = 1  # found by the adapter fuzz
+    with pytest.raises(DemandError, match="workerGroupSpecs is not a list"):
+        RayJobKind().pod_sets(job)
+
+
 def test_rayjob_pods_are_tied_by_cluster_name_and_aliases() -> None:
     def pod(labels: dict[str, str]) -> Pod:
         return msgspec.convert(

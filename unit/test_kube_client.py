@@ -12,14 +12,21 @@ import anyio
 import anyio.abc
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client as k8s_client
 
 from kubequeue.kinds.job import JobKind
 from kubequeue.kube import writer
-from kubequeue.kube.client import ApiError, KubeClient, KubeError, PoolLimits, TransportError
+from kubequeue.kube.client import (
+    ApiError,
+    KubeClient,
+    KubeError,
+    PoolLimits,
+    TransportError,
+    open_pool,
+)
+from kubequeue.kube.credentials import Credentials
 from kubequeue.kube.informer import Informer, dict_codec
 from kubequeue.labels import ADMITTED_AT
-from unit.apiserver import FakeApi, client_for, configuration, raw_server, read_request, serve
+from unit.apiserver import FakeApi, access, client_for, raw_server, read_request, serve
 from unit.clock import wait_until
 
 PATH = "/apis/batch/v1/namespaces/default/jobs/j"
@@ -194,9 +201,8 @@ async def test_one_shared_pool_starves_the_lease_behind_watches() -> None:
     api = FakeApi()
     api.put(LEASE, {"metadata": {"name": "kube-queue"}, "spec": {}})
     async with serve(api.app) as url:
-        cfg = configuration(url)
-        cfg.connection_pool_maxsize = 64
-        async with k8s_client.ApiClient(cfg) as shared, anyio.create_task_group() as tg:
+        shared_pool = open_pool(Credentials(access(url)), 64)
+        async with shared_pool as shared, anyio.create_task_group() as tg:
             client = KubeClient(shared)
             await _hold_watches(client, WATCHES, tg)
             await wait_until(lambda: api.open_watches == 64)

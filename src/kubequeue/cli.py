@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the controller")
     run.add_argument(
         "--kubeconfig",
-        help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, then in-cluster)",
+        help="kubeconfig path (default: in-cluster when run in a pod, else $KUBECONFIG, else "
+        "~/.kube/config)",
     )
     run.add_argument("--context", help="kubeconfig context")
     run.add_argument(
@@ -372,12 +373,14 @@ async def _from_leader(args: argparse.Namespace) -> dict[str, Any]:
 def plugin_main(argv: Sequence[str] | None = None) -> int:
     """``kubectl-queue``: installed beside ``kube-queue``, kubectl finds it as ``kubectl queue``."""
     from kubequeue.kube.client import ApiError
+    from kubequeue.kube.credentials import CredentialError
+    from kubequeue.kube.kubeconfig import ConfigError
     from kubequeue.kube.leader_proxy import LeaderNotFound
 
     args = _plugin_parser().parse_args(argv)
     try:
         data = anyio.run(_from_leader, args)
-    except (LeaderNotFound, ApiError, OSError) as exc:
+    except (LeaderNotFound, ApiError, ConfigError, CredentialError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return _print_view(args, data)

@@ -66,7 +66,10 @@ class RayJobKind:
         head = dig(cluster, "headGroupSpec", "template")
         out.append(pod_set_from_template("head", 1, head, "spec.rayClusterSpec.headGroupSpec"))
         autoscaling = cluster.get("enableInTreeAutoscaling") is True
-        for i, group in enumerate(cluster.get("workerGroupSpecs") or []):
+        groups = cluster.get("workerGroupSpecs") or []
+        if not isinstance(groups, list):
+            raise DemandError("spec.rayClusterSpec.workerGroupSpecs is not a list")
+        for i, group in enumerate(groups):
             where = f"spec.rayClusterSpec.workerGroupSpecs[{i}]"
             if not isinstance(group, dict):
                 raise DemandError(f"{where} is not an object")

@@ -1,9 +1,10 @@
 """The only code that speaks HTTP to the API server.
 
-Built on kubernetes-asyncio's ApiClient for what it does well (kubeconfig and in-cluster auth,
-token refresh, TLS), but every call is raw (``_preload_content=False``): we choose the path,
-headers and timeouts, read bytes, and decode them ourselves. Generated models would cost ~5x the
-CPU on the watch hot path and hide the HTTP status (36.x does not raise for raw responses).
+Every call is raw aiohttp: we choose the path, headers and timeouts, read bytes, and decode them
+ourselves (generated models would cost ~5x the CPU on the watch hot path). Where the server is
+and how to authenticate come from ``kubeconfig`` (a kubeconfig or the pod's service account);
+``credentials`` keeps the TLS context and the Authorization header current (token file rereads,
+exec plugins).
 
 Every failure leaves as one of two ``KubeError``s, so a caller catches one thing and still knows
 what it may conclude:
@@ -21,38 +22,46 @@ observing the object again, never assumed to have failed.
 Three connection pools, one per class of traffic, so none can starve another: watch streams
 (each holds a connection for minutes), ordinary requests (lists, writes, Events) and the leader
 Lease (a renewal queued behind anything would cost the leadership). They share one
-configuration: the same credentials, token refresh and TLS settings.
+``Credentials``: the same TLS context, token and token refresh.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import anyio
 import msgspec
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
+
+from kubequeue import __version__
+from kubequeue.kube.credentials import CredentialError, Credentials
+from kubequeue.kube.kubeconfig import ClusterAccess, load
 
 __all__ = [
     "ApiError",
     "KubeClient",
     "KubeError",
+    "Pool",
     "PoolLimits",
     "TransportError",
     "connect",
     "open_client",
+    "open_pool",
 ]
 
 _JSON = "application/json"
 _MERGE_PATCH = "application/merge-patch+json"
 # Ordinary requests: connect fast, never hang a decision on a silent socket.
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30, sock_connect=10)
+_USER_AGENT = f"kube-queue/{__version__}"
+# Watch events with large objects exceed aiohttp's default read buffer; etcd's request limit is
+# 1.5 MiB.
+_READ_BUFSIZE = 2**21
 
 
 class _Status(msgspec.Struct):
@@ -105,11 +114,11 @@ class TransportError(KubeError):
         self.method = method
         self.path = path
         self.cause = cause
-        # Only a connection that was never established proves the request was never sent. A
-        # pooled connection the server closed, a reset, a timeout or a cut-off body all may
-        # come after the server applied it.
+        # Only a connection that was never established (or credentials that could not be
+        # obtained) proves the request was never sent. A pooled connection the server closed, a
+        # reset, a timeout or a cut-off body all may come after the server applied it.
         self.maybe_applied = not isinstance(
-            cause, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError
+            cause, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | CredentialError
         )
 
 
@@ -163,6 +172,59 @@ class RateLimit:
             self._tokens -= 1.0
 
 
+class Pool:
+    """One connection pool to the API server: an aiohttp session with a connector of its own,
+    sending the shared ``credentials``. Made by ``open_pool``."""
+
+    def __init__(self, credentials: Credentials, session: aiohttp.ClientSession) -> None:
+        access = credentials.access
+        self.credentials = credentials
+        self.session = session
+        self.server = access.server
+        self._extra: dict[str, Any] = {}
+        if access.tls_server_name:
+            self._extra["server_hostname"] = access.tls_server_name
+        if access.proxy:
+            self._extra["proxy"] = access.proxy
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: bytes | None,
+        content_type: str,
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """The response, whatever its status; aiohttp's exceptions or CredentialError."""
+        auth = await self.credentials.current()
+        url = self.server + path
+        if query:
+            url += "?" + urlencode(query)
+        headers = (
+            {"Content-Type": content_type, **auth.headers} if body is not None else auth.headers
+        )
+        resp = await self.session.request(
+            method, url, data=body, headers=headers, timeout=timeout, ssl=auth.ssl, **self._extra
+        )
+        if resp.status == 401:
+            self.credentials.rejected(auth)
+        return resp
+
+
+@asynccontextmanager
+async def open_pool(credentials: Credentials, connections: int) -> AsyncIterator[Pool]:
+    """A pool of at most ``connections`` connections, closed when the block ends."""
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections),
+        headers={"Accept": _JSON, "User-Agent": _USER_AGENT},
+        trust_env=True,  # HTTPS_PROXY / NO_PROXY, as kubectl
+        read_bufsize=_READ_BUFSIZE,
+    )
+    async with session:
+        yield Pool(credentials, session)
+
+
 class KubeClient:
     """Requests go through ``api``'s pool, watch streams through ``watch_api``'s; ``lease`` is
     a client of its own for the leader Lease. Without them everything shares ``api``'s pool.
@@ -170,9 +232,9 @@ class KubeClient:
 
     def __init__(
         self,
-        api: Any,
+        api: Pool,
         *,
-        watch_api: Any | None = None,
+        watch_api: Pool | None = None,
         lease: KubeClient | None = None,
         rate: RateLimit | None = None,
     ) -> None:
@@ -183,7 +245,7 @@ class KubeClient:
 
     @property
     def host(self) -> str:
-        return str(self._api.configuration.host)
+        return self._api.server
 
     async def _call(
         self,
@@ -194,28 +256,20 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = _JSON,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
-        api: Any = None,
+        api: Pool | None = None,
     ) -> aiohttp.ClientResponse:
-        """The raw response, ApiError or TransportError: 36.x returns non-2xx responses unraised
-        in raw mode, a later release may raise ApiException again; both end up as ApiError."""
+        """The raw response, whatever its status, or TransportError."""
+        data = msgspec.json.encode(dict(body)) if body is not None else None
         try:
-            resp: aiohttp.ClientResponse = await (api if api is not None else self._api).call_api(
-                path,
-                method,
-                query_params=list(query),
-                header_params={"Accept": _JSON, "Content-Type": content_type},
-                body=dict(body) if body is not None else None,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
+            return await (api if api is not None else self._api).send(
+                method, path, query, data, content_type, timeout
             )
-        except k8s_client.ApiException as exc:
-            raise ApiError(exc.status or 0, str(exc.reason), str(exc.body), path) from None
+        except CredentialError as exc:  # nothing was sent
+            raise TransportError(method, path, exc) from exc
         except Exception as exc:
             if _is_transport(exc):
                 raise TransportError(method, path, exc) from exc
             raise
-        return resp
 
     async def request(
         self,
@@ -296,20 +350,17 @@ class PoolLimits:
     burst: int = 0
 
 
-def _api_client(cfg: Any, connections: int) -> Any:
-    # RESTClientObject sizes its connector from cfg once, when the ApiClient is made, so each
-    # ApiClient gets a pool of its own while all share cfg (credentials, token refresh, TLS).
-    cfg.connection_pool_maxsize = connections
-    return k8s_client.ApiClient(cfg)
-
-
 @asynccontextmanager
-async def open_client(cfg: Any, limits: PoolLimits = PoolLimits()) -> AsyncIterator[KubeClient]:
-    """A client over a loaded kubernetes-asyncio Configuration, with one pool per traffic class."""
+async def open_client(
+    access: ClusterAccess | Credentials, limits: PoolLimits = PoolLimits()
+) -> AsyncIterator[KubeClient]:
+    """A client for ``access`` (or for existing credentials), with one pool per traffic class,
+    all sharing one ``Credentials``."""
+    credentials = access if isinstance(access, Credentials) else Credentials(access)
     async with AsyncExitStack() as stack:
-        api = await stack.enter_async_context(_api_client(cfg, limits.requests))
-        watch_api = await stack.enter_async_context(_api_client(cfg, limits.watches))
-        lease_api = await stack.enter_async_context(_api_client(cfg, limits.lease))
+        api = await stack.enter_async_context(open_pool(credentials, limits.requests))
+        watch_api = await stack.enter_async_context(open_pool(credentials, limits.watches))
+        lease_api = await stack.enter_async_context(open_pool(credentials, limits.lease))
         rate = RateLimit(limits.qps, limits.burst or int(limits.qps * 2)) if limits.qps else None
         yield KubeClient(api, watch_api=watch_api, lease=KubeClient(lease_api), rate=rate)
 
@@ -320,17 +371,11 @@ async def connect(
     context: str | None = None,
     limits: PoolLimits = PoolLimits(),
 ) -> AsyncIterator[KubeClient]:
-    """A client from an explicit kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
-    cfg = k8s_client.Configuration()
-    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    if kubeconfig or not in_cluster:
-        await k8s_config.load_kube_config(
-            config_file=kubeconfig or os.environ.get("KUBECONFIG") or None,
-            context=context,
-            client_configuration=cfg,
-            persist_config=False,
-        )
-    else:
-        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    async with open_client(cfg, limits) as client:
+    """A client from an explicit kubeconfig; else in-cluster when running in a pod; else
+    $KUBECONFIG / ~/.kube/config (see ``kubeconfig``). ConfigError if that configuration cannot
+    work, CredentialError if its credentials cannot be obtained now (e.g. the exec plugin
+    fails): both before anything is sent."""
+    credentials = Credentials(load(kubeconfig, context))
+    await credentials.current()
+    async with open_client(credentials, limits) as client:
         yield client

@@ -33,5 +33,5 @@ def configure(fmt: str = "auto", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    # Libraries (aiohttp, kubernetes_asyncio) log through stdlib logging: keep them quiet.
+    # Libraries (aiohttp, asyncio) log through stdlib logging: keep them quiet.
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
