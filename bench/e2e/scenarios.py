@@ -449,7 +449,7 @@ async def fragmentation(
         await _namespace(client, "filler")
         await _namespace(client, "frag")
         # Pods no queue manages, bound straight to each node: 5-7 GPUs used, 1-3 free.
-        filler = []
+        filler: list[tuple[str, dict[str, Any]]] = []
         for i, node in enumerate(names):
             used = rng.choice([5, 6, 6, 7, 7]) if i % 8 else 0  # every 8th node stays empty
             if used:
@@ -500,21 +500,21 @@ async def fragmentation(
         for i in range(int(400 * settings.scale) or 40):
             p = rng.random()
             if p < 0.35:
-                gpus, pods = 1, 1
+                gpus, count = 1, 1
             elif p < 0.6:
-                gpus, pods = 2, 1
+                gpus, count = 2, 1
             elif p < 0.75:
-                gpus, pods = 4, 1
+                gpus, count = 4, 1
             elif p < 0.85:
-                gpus, pods = 8, 1
+                gpus, count = 8, 1
             else:
-                gpus, pods = 2, 4  # a gang: 4 pods x 2 GPUs, all or nothing
+                gpus, count = 2, 4  # a gang: 4 pods x 2 GPUs, all or nothing
             run_for = f"{rng.randint(20, 60)}s"
             jobs.append(
                 (
                     "/apis/batch/v1/namespaces/frag/jobs",
                     _job(
-                        f"f-{i:04d}", gpus=gpus, pods=pods, cpu="1", run_for=run_for, labels=labels
+                        f"f-{i:04d}", gpus=gpus, pods=count, cpu="1", run_for=run_for, labels=labels
                     ),
                 )
             )
