@@ -1,6 +1,8 @@
 """One admission cycle, in numbered steps (the shape of Kueue's scheduler.schedule):
 
 0. relocate: move reservations off nodes that cannot take them (capacity/reservations.py);
+   what cannot be moved is a debt (``Reservations.debt``): while there is one, a job is
+   admitted only if the cluster's free capacity, less the debt, still covers all of it;
 1. heads:    walk queued jobs in order (priority, age, name), skipping those in flight;
 2. skip:     jobs with bad input, and jobs that already failed at this capacity generation
              (nothing was freed since, so the answer cannot change);
@@ -97,6 +99,8 @@ class AdmissionCycle:
         cache = tracker.cache
         result = CycleResult()
         tracker.reservations.relocate()
+        debt = tracker.reservations.debt()
+        headroom = _headroom(cache, debt)
         if tracker.preempting:
             self._preemptors(result)
         now = self._wall_clock()
@@ -144,18 +148,23 @@ class AdmissionCycle:
                 result.evaluated += 1
                 # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
                 # and the quota verdict matters only for jobs that do.
-                placed = shortcuts.place(job, cache)
+                owed = headroom is not None and not _affordable(job.pod_sets, headroom)
+                placed = None if owed else shortcuts.place(job, cache)
                 quota_ok = True
                 if placed is not None and job.queue:  # step 4: policy
                     quota_ok = self._quota_allows(result, job)
                 if placed is not None and quota_ok:
                     borrowing = bool(job.queue) and _borrows(ledger, job)
                     tracker.begin_admission(job, job.pod_sets, placed, borrowing)  # step 5
+                    if headroom is not None:
+                        _spend(job.pod_sets, headroom)
                     result.admitted.append(Admission(job, placed))
                     if walk is not None:
                         walk.admitted()
                     continue
-                if placed is None:
+                if placed is None and not owed:
+                    # (A job refused for the debt is judged again next cycle: the debt can be
+                    # paid by a relocation, which changes no generation.)
                     job.failed_at = generation
                 policy = line.policy
                 if policy is not None and self._preempt(result, job, policy, quota=not quota_ok):
@@ -163,7 +172,9 @@ class AdmissionCycle:
                         walk.admitted()
                     continue
                 result.waiting += 1
-                if placed is None and budget > 0 and self._explain(result, job):  # step 7
+                if owed:
+                    self._owed(result, job, debt)
+                elif placed is None and budget > 0 and self._explain(result, job):  # step 7
                     budget -= 1
                 stop = (
                     may_block
@@ -379,6 +390,15 @@ class AdmissionCycle:
             result, job, "Normal", "Queued", f"waiting for capacity{where}: {job.wait_reason}"
         )
         return True
+
+    def _owed(self, result: CycleResult, job: QueuedJob, debt: resources.Resources) -> None:
+        reason = (
+            "the scheduler placed admitted pods elsewhere than planned and "
+            f"{resources.describe(debt)} of them have no room yet; nothing is admitted into "
+            "the capacity they are owed until pods end or move"
+        )
+        job.wait_reason = reason
+        self._report(result, job, "Normal", "Queued", f"waiting for capacity: {reason}")
 
     def _report(
         self, result: CycleResult, job: QueuedJob, type_: str, reason: str, msg: str
@@ -636,3 +656,35 @@ def _takes_a_pod(pod_sets: Sequence[PodSet], names: list[str], cache: CapacityCa
                 if state is not None and resources.max_copies(ps.request, state.free, 1):
                     return True
     return not wants
+
+
+def _headroom(cache: CapacityCache, debt: resources.Resources) -> resources.Resources | None:
+    """Free capacity that is really free while admitted pods are owed room: per resource in
+    debt, the sum over schedulable nodes of what they have free, less the debt. None: no debt,
+    nothing to check (the usual case)."""
+    if not debt:
+        return None
+    free = dict.fromkeys(debt, 0)
+    for state in cache.nodes.values():
+        if state.schedulable:
+            for name in debt:
+                amount = state.free.get(name, 0)
+                if amount > 0:
+                    free[name] += amount
+    return {name: free[name] - owed for name, owed in debt.items()}
+
+
+def _affordable(pod_sets: Sequence[PodSet], headroom: resources.Resources) -> bool:
+    need = dict.fromkeys(headroom, 0)
+    for ps in pod_sets:
+        for name, amount in ps.request.items():
+            if name in need:
+                need[name] += amount * ps.count
+    return all(need[name] <= left for name, left in headroom.items())
+
+
+def _spend(pod_sets: Sequence[PodSet], headroom: resources.Resources) -> None:
+    for ps in pod_sets:
+        for name, amount in ps.request.items():
+            if name in headroom:
+                headroom[name] -= amount * ps.count

@@ -58,6 +58,9 @@ class Reservations:
         # Held pods per node (UNPLACED included), so relocate() looks at the few nodes that
         # hold anything instead of at every hold.
         self._holds_on: dict[str, int] = {}
+        # debt(), memoised on what it depends on (every hold on a node moves cache.version).
+        self._debt: Resources = {}
+        self._debt_at: tuple[int, int, int] | None = None
 
     def __contains__(self, job: object) -> bool:
         return job in self._held
@@ -201,6 +204,52 @@ class Reservations:
         if moved:
             log.info("reservation.relocated", pods=moved)
         return moved
+
+    def debt(self) -> Resources:
+        """Capacity owed to admitted pods that have no room, summed over the cluster.
+
+        The scheduler places pods by its own scoring, not where our simulation held room for
+        them. When a pod lands on a node held for another job, that job's hold is displaced
+        (the node's free goes negative) while the room the pod was meant to use elsewhere is
+        released. relocate() moves the displaced hold if some node can take it; when none can
+        (an 8-GPU hold and only fragments left), the cluster as a whole is short by the
+        overflow. Admitting into the released fragments would then put more demand on the
+        cluster than it has, and some admitted pod, not necessarily the displaced one, would
+        stay Pending. The debt is that overflow per resource: holds on over-committed nodes
+        (their overflow), on nodes that take no new pods and on no node at all (all of it).
+        Holds pinned for a preemptor are left out: their nodes are over-committed on purpose
+        while victims leave. Cost: nothing unless a node holding something is stranded."""
+        memo = (self._cache.version, self._holds_on.get(UNPLACED, 0), len(self._pinned))
+        if memo == self._debt_at:
+            return self._debt
+        self._debt_at = memo
+        self._debt = {}
+        stranded = [node for node in self._holds_on if self._stranded(node)]
+        if not stranded:
+            return self._debt
+        pinned_on: set[str] = set()
+        for job in self._pinned:
+            held = self._held.get(job)
+            for nodes in held.placed.values() if held is not None else ():
+                pinned_on.update(nodes)
+        out: Resources = {}
+        cache_nodes = self._cache.nodes
+        for node in stranded:
+            if node in pinned_on:
+                continue
+            state = cache_nodes.get(node) if node != UNPLACED else None
+            if state is not None and state.schedulable:
+                for name, amount in state.free.items():
+                    if amount < 0:
+                        out[name] = out.get(name, 0) - amount
+                continue
+            for held in self._held.values():
+                for name, nodes in held.placed.items():
+                    count = nodes.get(node, 0)
+                    for res, amount in held.pod_sets[name].request.items() if count else ():
+                        out[res] = out.get(res, 0) + amount * count
+        self._debt = out
+        return out
 
     # ----------------------------------------------------------------- internals
     def _stranded(self, node: str) -> bool:
