@@ -93,6 +93,7 @@ class AdmissionCycle:
         self.report_interval = report_interval
         self._clock = clock
         self._shortcuts = _Shortcuts()
+        self._debt_logged: resources.Resources = {}
 
     def run(self) -> CycleResult:
         tracker = self.tracker
@@ -101,6 +102,14 @@ class AdmissionCycle:
         tracker.reservations.relocate()
         debt = tracker.reservations.debt()
         headroom = _headroom(cache, debt)
+        if debt != self._debt_logged:
+            self._debt_logged = debt
+            log.warning(
+                "admission.owed" if debt else "admission.owed_paid",
+                owed=resources.describe(debt),
+                why="admitted pods the scheduler placed elsewhere than planned have no room; "
+                "only what fits besides them is admitted",
+            )
         if tracker.preempting:
             self._preemptors(result)
         now = self._wall_clock()
@@ -173,7 +182,7 @@ class AdmissionCycle:
                     continue
                 result.waiting += 1
                 if owed:
-                    self._owed(result, job, debt)
+                    self._owed(result, job)
                 elif placed is None and budget > 0 and self._explain(result, job):  # step 7
                     budget -= 1
                 stop = (
@@ -391,14 +400,11 @@ class AdmissionCycle:
         )
         return True
 
-    def _owed(self, result: CycleResult, job: QueuedJob, debt: resources.Resources) -> None:
-        reason = (
-            "the scheduler placed admitted pods elsewhere than planned and "
-            f"{resources.describe(debt)} of them have no room yet; nothing is admitted into "
-            "the capacity they are owed until pods end or move"
-        )
-        job.wait_reason = reason
-        self._report(result, job, "Normal", "Queued", f"waiting for capacity: {reason}")
+    def _owed(self, result: CycleResult, job: QueuedJob) -> None:
+        # One stable text (the amount owed is logged once per change, in run()): every queued
+        # job gets this Event once, not once per change of the debt.
+        job.wait_reason = OWED
+        self._report(result, job, "Normal", "Queued", f"waiting for capacity: {OWED}")
 
     def _report(
         self, result: CycleResult, job: QueuedJob, type_: str, reason: str, msg: str
@@ -656,6 +662,12 @@ def _takes_a_pod(pod_sets: Sequence[PodSet], names: list[str], cache: CapacityCa
                 if state is not None and resources.max_copies(ps.request, state.free, 1):
                     return True
     return not wants
+
+
+OWED = (
+    "the scheduler placed admitted pods elsewhere than planned and some have no room yet; "
+    "nothing is admitted into the capacity they are owed until pods end or move"
+)
 
 
 def _headroom(cache: CapacityCache, debt: resources.Resources) -> resources.Resources | None:
