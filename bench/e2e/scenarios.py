@@ -231,7 +231,8 @@ class KueueSystem(System):
 
     async def stop(self) -> None:
         if self.running is not None:
-            await self.running.stop()
+            # Each scenario runs on a cluster of its own, discarded after it: no clean-up.
+            await self.running.stop(clean_up=False)
 
     async def queue(
         self,
