@@ -120,19 +120,25 @@ async def test_pytorchjob_master_and_worker_must_each_fit_on_a_node(
     nodes = await fake_nodes.create(NodeSpec("a", gpus=4), NodeSpec("b", gpus=4))
     await kube_queue("--kinds=job,pytorchjob")
     # 2 GPUs taken on each node: 4 free in total, but no node has the 4 one replica needs.
-    await kubectl.apply(job("blocker", gpus=2, pods=2, run_for="20s"), "-n", namespace)
-    await wait_until("blocker admitted", lambda: _blocker_running(kubectl, namespace))
+    # (One blocker per node, pinned: a 2-pod blocker could have both pods packed on one node by
+    # the scheduler, MostAllocated here, leaving the other node whole.)
+    for i, node in enumerate(nodes):
+        blocker = job(f"blocker-{i}", gpus=2, run_for="20s",
+                      node_selector={"kubernetes.io/hostname": node})
+        await kubectl.apply(blocker, "-n", namespace)
 
-    async def blocker_bound() -> bool:
-        return len(bound(await pods(kubectl, namespace, "job-name=blocker"))) == 2
+    async def blockers_bound() -> bool:
+        counts = [len(bound(await pods(kubectl, namespace, f"job-name=blocker-{i}")))
+                  for i in range(len(nodes))]
+        return counts == [1] * len(nodes)
 
-    await wait_until("blocker pods bound", blocker_bound)
+    await wait_until("blocker pods bound", blockers_bound)
     await kubectl.apply(pytorchjob("ddp", workers=1, gpus=4), "-n", namespace)
     queued = await wait_until("Queued", lambda: first_event(kubectl, namespace, "ddp", "Queued"))
     assert "4 nvidia.com/gpu" in queued["message"], queued
     assert await pods(kubectl, namespace, f"{JOB_NAME}=ddp") == []
 
-    await wait_until("PyTorchJob admitted once the blocker is done",
+    await wait_until("PyTorchJob admitted once the blockers are done",
                      admission_probe(kubectl, "pytorchjob", namespace, "ddp", runpolicy_suspended),
                      90)
 
