@@ -38,11 +38,14 @@ else
 	$(PY) -m e2e.demo
 endif
 
+# Unit tests are independent of each other: one worker per core (pytest-xdist). The e2e tests
+# share one local cluster and the controller's Lease, so they run in one process.
 test: $(STAMP) cluster-binaries
-	$(PY) -m pytest unit e2e
+	$(PY) -m pytest -n auto unit
+	$(PY) -m pytest e2e
 
 unit: $(STAMP)
-	$(PY) -m pytest unit
+	$(PY) -m pytest -n auto unit
 
 e2e: $(STAMP) cluster-binaries
 	$(PY) -m pytest e2e
