@@ -89,15 +89,7 @@ def _rss_mib(pid: int | None) -> float:
 
 
 async def _create_nodes(api: AdminApi, specs: list[dict[str, Any]], label: str) -> None:
-    limiter = anyio.Semaphore(16)
-
-    async def one(manifest: dict[str, Any]) -> None:
-        async with limiter:
-            await api.call("POST", "/api/v1/nodes", manifest)
-
-    async with anyio.create_task_group() as tg:
-        for manifest in specs:
-            tg.start_soon(one, manifest)
+    await api.post_all("/api/v1/nodes", specs, 16)
     # Usable once KWOK reports Ready and the node lifecycle controller lifted the not-ready
     # taint the API server adds on create.
     with anyio.fail_after(300):
@@ -144,7 +136,7 @@ async def soak(cluster: LocalCluster, kubectl: Kubectl, identity: ControllerIden
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_sample, checker, kq, result, t0, sample_s, tg.cancel_scope)
                 created = time.monotonic()
-                await _post_jobs(api, ns, manifests)
+                await api.post_all(f"/apis/batch/v1/namespaces/{ns}/jobs", manifests, 16)
                 result.notes["jobs_created_s"] = round(time.monotonic() - created, 1)
                 deadline = time.monotonic() + bound_s
                 while time.monotonic() < deadline:
@@ -188,19 +180,6 @@ def soak_jobs(rng: random.Random, count: int, runtime_s: tuple[float, float]
         out.append(job(f"s-{i:05d}", gpus=gpus, pods=pods, cpu="1", memory="2Gi",
                        run_for=f"{rng.uniform(*runtime_s):.0f}s"))
     return out
-
-
-async def _post_jobs(api: AdminApi, ns: str, manifests: list[dict[str, Any]]) -> None:
-    limiter = anyio.Semaphore(16)
-    path = f"/apis/batch/v1/namespaces/{ns}/jobs"
-
-    async def one(manifest: dict[str, Any]) -> None:
-        async with limiter:
-            await api.call("POST", path, manifest)
-
-    async with anyio.create_task_group() as tg:
-        for manifest in manifests:
-            tg.start_soon(one, manifest)
 
 
 async def _sample(checker: Checker, kq: KubeQueue, result: ScaleResult, t0: float,

@@ -105,6 +105,19 @@ class AdminApi:
     async def merge(self, path: str, body: Any) -> dict[str, Any]:
         return await self.call("PATCH", path, body, "application/merge-patch+json")
 
+    async def post_all(self, path: str, manifests: list[dict[str, Any]],
+                       concurrency: int) -> None:
+        """POST every manifest to ``path``, ``concurrency`` at a time."""
+        limiter = anyio.Semaphore(concurrency)
+
+        async def one(manifest: dict[str, Any]) -> None:
+            async with limiter:
+                await self.call("POST", path, manifest)
+
+        async with anyio.create_task_group() as tg:
+            for manifest in manifests:
+                tg.start_soon(one, manifest)
+
 
 def workload(rng: random.Random, count: int, prefix: str,
              runtime_s: tuple[float, float] = (2, 6), long_share: float = 0.25
@@ -191,19 +204,6 @@ class Campaign:
                     ) -> KubeQueue:
         return KubeQueue(identity or self.identity, self.log_dir / ns, name,
                          f"--namespaces={ns}", *LEASE_FLAGS)
-
-    async def _create_jobs(self, api: AdminApi, ns: str, manifests: list[dict[str, Any]]
-                           ) -> None:
-        path = f"/apis/batch/v1/namespaces/{ns}/jobs"
-        limiter = anyio.Semaphore(8)
-
-        async def one(manifest: dict[str, Any]) -> None:
-            async with limiter:
-                await api.call("POST", path, manifest)
-
-        async with anyio.create_task_group() as tg:
-            for manifest in manifests:
-                tg.start_soon(one, manifest)
 
     async def _until_done(self, checker: Checker, names: list[str], blocked: set[str]) -> None:
         deadline = time.time() + self.bound_s
@@ -430,7 +430,7 @@ class Campaign:
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_run_then_set, injectors[fault], anyio.Event())
-                await self._create_jobs(api, ns, manifests)
+                await api.post_all(f"/apis/batch/v1/namespaces/{ns}/jobs", manifests, 8)
                 await self._until_done(checker, names, blocked)
                 done.set()  # the injector finishes its current step (restarting what it killed)
             for heal in heals:
