@@ -157,7 +157,7 @@ class AdmissionCycle:
                 result.evaluated += 1
                 # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
                 # and the quota verdict matters only for jobs that do.
-                owed = headroom is not None and not _affordable(job.pod_sets, headroom)
+                owed = headroom is not None and not _affordable(job.demand, headroom)
                 placed = None if owed else shortcuts.place(job, cache)
                 quota_ok = True
                 if placed is not None and job.queue:  # step 4: policy
@@ -166,7 +166,7 @@ class AdmissionCycle:
                     borrowing = bool(job.queue) and _borrows(ledger, job)
                     tracker.begin_admission(job, job.pod_sets, placed, borrowing)  # step 5
                     if headroom is not None:
-                        _spend(job.pod_sets, headroom)
+                        _spend(job.demand, headroom)
                     result.admitted.append(Admission(job, placed))
                     if walk is not None:
                         walk.admitted()
@@ -686,17 +686,10 @@ def _headroom(cache: CapacityCache, debt: resources.Resources) -> resources.Reso
     return {name: free[name] - owed for name, owed in debt.items()}
 
 
-def _affordable(pod_sets: Sequence[PodSet], headroom: resources.Resources) -> bool:
-    need = dict.fromkeys(headroom, 0)
-    for ps in pod_sets:
-        for name, amount in ps.request.items():
-            if name in need:
-                need[name] += amount * ps.count
-    return all(need[name] <= left for name, left in headroom.items())
+def _affordable(demand: resources.Resources, headroom: resources.Resources) -> bool:
+    return all(demand.get(name, 0) <= left for name, left in headroom.items())
 
 
-def _spend(pod_sets: Sequence[PodSet], headroom: resources.Resources) -> None:
-    for ps in pod_sets:
-        for name, amount in ps.request.items():
-            if name in headroom:
-                headroom[name] -= amount * ps.count
+def _spend(demand: resources.Resources, headroom: resources.Resources) -> None:
+    for name in headroom:
+        headroom[name] -= demand.get(name, 0)
