@@ -25,21 +25,28 @@ def queue(name: str, **spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": spec}
 
 
-TWO_TEAMS = [
-    queue("research"),
-    queue(
-        "team-a",
-        parent="research",
-        quota={"min": {GPU: 8}, "max": {GPU: 16}},
-        namespaceSelector={"matchLabels": {"team": "a"}},
-    ),
-    queue(
-        "team-b",
-        parent="research",
-        quota={"min": {GPU: 8}, "max": {GPU: 16}},
-        namespaceSelector={"matchLabels": {"team": "b"}},
-    ),
-]
+def two_teams(**team_b: Any) -> list[dict[str, Any]]:
+    """research with team-a and team-b under it (min 8, max 16 GPUs each); ``team_b`` adds to
+    team-b's spec (e.g. a preemption policy)."""
+    return [
+        queue("research"),
+        queue(
+            "team-a",
+            parent="research",
+            quota={"min": {GPU: 8}, "max": {GPU: 16}},
+            namespaceSelector={"matchLabels": {"team": "a"}},
+        ),
+        queue(
+            "team-b",
+            parent="research",
+            quota={"min": {GPU: 8}, "max": {GPU: 16}},
+            namespaceSelector={"matchLabels": {"team": "b"}},
+            **team_b,
+        ),
+    ]
+
+
+TWO_TEAMS = two_teams()
 
 
 def make(
@@ -180,4 +187,6 @@ class Cluster:
         self.objects.pop(name, None)
 
 
-__all__ = ["JOB", "TWO_TEAMS", "Cluster", "PreemptionPolicy", "gpu_job", "make", "queue"]
+__all__ = [
+    "JOB", "TWO_TEAMS", "Cluster", "PreemptionPolicy", "gpu_job", "make", "queue", "two_teams",
+]

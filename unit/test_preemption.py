@@ -11,24 +11,9 @@ from kubequeue.admission.preemption import PreemptionPolicy
 from kubequeue.labels import PREEMPTIBLE
 from kubequeue.resources import GPU
 from unit import builders as b
-from unit.simcluster import JOB, Cluster, make, queue
+from unit.simcluster import JOB, Cluster, make, two_teams
 
-RECLAIMING = [
-    queue("research"),
-    queue(
-        "team-a",
-        parent="research",
-        quota={"min": {GPU: 8}, "max": {GPU: 16}},
-        namespaceSelector={"matchLabels": {"team": "a"}},
-    ),
-    queue(
-        "team-b",
-        parent="research",
-        quota={"min": {GPU: 8}, "max": {GPU: 16}},
-        namespaceSelector={"matchLabels": {"team": "b"}},
-        preemption={"reclaimWithinTree": "Any"},
-    ),
-]
+RECLAIMING = two_teams(preemption={"reclaimWithinTree": "Any"})
 
 
 def two_nodes(**kw: Any) -> Cluster:
