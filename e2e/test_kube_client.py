@@ -5,6 +5,7 @@ an exec credential plugin (a real process)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -254,3 +255,57 @@ async def test_a_bad_kubeconfig_is_a_clear_error(cluster: ClusterHandle, tmp_pat
     with pytest.raises(CredentialError, match=r"could not be started.*install the plugin"):
         async with connect(str(config)):
             pass
+
+
+async def test_https_through_a_connect_proxy_from_the_environment_or_the_kubeconfig(
+    cluster: ClusterHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTPS_PROXY (read once, credentials sent on the CONNECT) and the kubeconfig's
+    proxy-url (which wins) both tunnel TLS to the real API server; NO_PROXY goes direct."""
+    entry, user = _admin(cluster)
+    target = urlsplit(entry["server"])
+    tunnels: list[tuple[str, str | None]] = []
+
+    async def tunnel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        request_line, *lines = head.split("\r\n")
+        headers = dict(line.split(": ", 1) for line in lines if ": " in line)
+        tunnels.append((request_line, headers.get("Proxy-Authorization")))
+        up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(tunnel, "127.0.0.1", 0)
+    proxy = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    expected = f"CONNECT {target.hostname}:{target.port} HTTP/1.1"
+    kubeconfig = str(_kubeconfig(tmp_path / "k", entry, user))
+    try:
+        for name in ("NO_PROXY", "no_proxy", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTPS_PROXY", f"http://who:secret@{proxy}")
+        async with connect(kubeconfig) as client:
+            assert (await client.get(NAMESPACE))["metadata"]["name"] == "default"
+        basic = "Basic " + base64.b64encode(b"who:secret").decode()
+        assert tunnels and all(t == (expected, basic) for t in tunnels)
+        tunnels.clear()
+        monkeypatch.setenv("NO_PROXY", target.hostname or "")
+        async with connect(kubeconfig) as client:
+            assert (await client.get(NAMESPACE))["metadata"]["name"] == "default"
+        assert tunnels == []
+        via = str(_kubeconfig(tmp_path / "via", {**entry, "proxy-url": f"http://{proxy}"}, user))
+        async with connect(via) as client:  # proxy-url is used even where NO_PROXY says not
+            assert (await client.get(NAMESPACE))["metadata"]["name"] == "default"
+        assert tunnels and all(t == (expected, None) for t in tunnels)
+    finally:
+        server.close()

@@ -4,6 +4,7 @@ whose answer was lost says that it may have been applied."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 from typing import Any
 
@@ -21,6 +22,7 @@ from kubequeue.kube.client import (
     KubeError,
     PoolLimits,
     TransportError,
+    environment_proxy,
     open_pool,
 )
 from kubequeue.kube.credentials import Credentials
@@ -273,3 +275,86 @@ async def test_the_rate_limit_lets_a_burst_through_then_paces_requests() -> None
     for _ in range(6):
         await rate.acquire()
     assert len(slept) == 1
+
+
+# ------------------------------------------------------------------------- proxy environment
+@pytest.mark.parametrize(
+    ("server", "environ", "expected"),
+    [
+        ("https://10.0.0.1:6443", {}, None),
+        ("https://10.0.0.1:6443", {"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        ("https://10.0.0.1:6443", {"https_proxy": "http://proxy:3128"}, "http://proxy:3128"),
+        ("https://10.0.0.1:6443", {"HTTP_PROXY": "http://proxy:3128"}, None),  # scheme's own
+        ("http://10.0.0.1:8080", {"HTTP_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        ("https://10.0.0.1:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.0.0.1"}, None),
+        ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:1", "no_proxy": ".corp"}, None),
+        ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "*"}, None),
+        ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "x.io"}, "http://p:1"),
+        ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "corp"}, None),
+        ("https://notcorp:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "corp"}, "http://p:1"),
+        ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.0.0.0/8"}, None),
+        ("https://11.1.2.3", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.0.0.0/8"}, "http://p:1"),
+        ("https://[fd00::1]:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "fd00::/8"}, None),
+        ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "api.corp:6443"}, None),
+        ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "api.corp:443"}, "http://p:1"),
+        ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": " x , *.corp"}, None),
+    ],
+)
+def test_the_proxy_environment_is_read_as_kubectl_reads_it(
+    server: str, environ: dict[str, str], expected: str | None
+) -> None:
+    found = environment_proxy(server, environ)
+    assert (found[0] if found else None) == expected
+
+
+def test_proxy_credentials_leave_the_url_for_proxy_auth() -> None:
+    found = environment_proxy("https://k:6443", {"HTTPS_PROXY": "http://us%40er:p%3Aw@px:3128"})
+    assert found is not None
+    url, headers = found
+    assert url == "http://px:3128"
+    assert headers == {"Proxy-Authorization": "Basic " + base64.b64encode(b"us@er:p:w").decode()}
+
+
+async def test_requests_go_through_the_environment_proxy_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forwarding proxy in front of the API server sees every request with the credentials
+    from HTTP_PROXY; changing the environment afterwards changes nothing (read once, as
+    client-go), and NO_PROXY would have sent it direct."""
+    api = FakeApi()
+    api.put(PATH, {"metadata": {"name": "j", "resourceVersion": "1"}})
+    seen: list[tuple[str, str | None]] = []
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        seen.append((str(request.url), request.headers.get("Proxy-Authorization")))
+        async with aiohttp.ClientSession() as s, s.get(str(request.url)) as upstream:
+            return web.Response(
+                body=await upstream.read(), status=upstream.status, content_type="application/json"
+            )
+
+    proxy_app = web.Application()
+    proxy_app.router.add_route("*", "/{tail:.*}", forward)
+    async with serve(api.app) as url, serve(proxy_app) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.replace("http://", "http://u:pw@"))
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        async with client_for(url) as client:
+            monkeypatch.setenv("NO_PROXY", "*")  # too late: the pool has read the environment
+            obj = await client.get(PATH)
+    assert obj["metadata"]["name"] == "j"
+    assert seen == [(url + PATH, "Basic " + base64.b64encode(b"u:pw").decode())]
+
+
+async def test_a_netrc_entry_for_the_server_does_not_break_bearer_tokens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """aiohttp's trust_env would add Basic auth from ~/.netrc next to our Authorization header
+    and refuse every request; the API server must see exactly the kubeconfig's token."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
+    monkeypatch.setenv("NETRC", str(netrc))
+    api = FakeApi()
+    api.put(PATH, {"metadata": {"name": "j", "resourceVersion": "1"}})
+    async with serve(api.app) as url, client_for(url, token="t0ken") as client:
+        assert (await client.get(PATH))["metadata"]["name"] == "j"
+    assert api.authorization == {"Bearer t0ken"}

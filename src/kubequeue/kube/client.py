@@ -27,12 +27,15 @@ Lease (a renewal queued behind anything would cost the leadership). They share o
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode, urlsplit
+from urllib.request import getproxies_environment
 
 import aiohttp
 import anyio
@@ -50,6 +53,7 @@ __all__ = [
     "PoolLimits",
     "TransportError",
     "connect",
+    "environment_proxy",
     "open_client",
     "open_pool",
 ]
@@ -172,20 +176,96 @@ class RateLimit:
             self._tokens -= 1.0
 
 
+def environment_proxy(
+    server: str, environ: Mapping[str, str] | None = None
+) -> tuple[str, dict[str, str]] | None:
+    """The proxy ``HTTPS_PROXY`` / ``HTTP_PROXY`` name for ``server`` unless ``NO_PROXY``
+    exempts it, with its credentials moved from the URL into a Proxy-Authorization header;
+    None for a direct connection.
+
+    Read once per pool, as client-go reads the environment once per process: aiohttp's
+    ``trust_env`` would read the environment and ~/.netrc again in a worker thread on every
+    request (two thread hops per admission write, a third of the controller's time in a
+    backlog), and would add netrc credentials that clash with our Authorization header."""
+    url = urlsplit(server)
+    if environ is None:
+        proxies = getproxies_environment()
+    else:
+        proxies = {
+            k.lower()[: -len("_proxy")]: v
+            for k, v in environ.items()
+            if k.lower().endswith("_proxy") and v
+        }
+    if not url.hostname or url.scheme not in proxies:
+        return None
+    if _bypassed(url.hostname, url.port, proxies.get("no", "")):
+        return None
+    proxy = urlsplit(proxies[url.scheme])
+    userinfo, _, hostport = proxy.netloc.rpartition("@")
+    headers = {}
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        pair = f"{unquote(user)}:{unquote(password)}".encode()
+        headers["Proxy-Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+    return proxy._replace(netloc=hostport).geturl(), headers
+
+
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    """NO_PROXY as Go's net/http reads it: ``*``, a host or domain suffix (``corp`` and
+    ``.corp`` both match ``api.corp``), an IP address or CIDR block, each optionally with a
+    port."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for raw in no_proxy.lower().split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry.strip("[]"), strict=False):
+                    return True
+                continue
+            except ValueError:
+                pass  # not an address or block: maybe "[fd00::1]:6443" or a name
+        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry_port and entry_port != str(port):
+            continue
+        name = name.strip("[]").lstrip("*").lstrip(".")
+        if name and (host.lower() == name or host.lower().endswith("." + name)):
+            return True
+    return False
+
+
 class Pool:
     """One connection pool to the API server: an aiohttp session with a connector of its own,
     sending the shared ``credentials``. Made by ``open_pool``."""
 
-    def __init__(self, credentials: Credentials, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        credentials: Credentials,
+        session: aiohttp.ClientSession,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         access = credentials.access
         self.credentials = credentials
         self.session = session
         self.server = access.server
         self._extra: dict[str, Any] = {}
+        self._headers: dict[str, str] = {}
         if access.tls_server_name:
             self._extra["server_hostname"] = access.tls_server_name
-        if access.proxy:
+        if access.proxy:  # the kubeconfig's proxy-url wins over the environment, as in kubectl
             self._extra["proxy"] = access.proxy
+        elif (env := environment_proxy(access.server, environ)) is not None:
+            self._extra["proxy"] = env[0]
+            if access.server.startswith("https:"):  # sent on the CONNECT that opens the tunnel
+                self._extra["proxy_headers"] = env[1]
+            else:  # a plain-HTTP server: the proxy reads every request itself
+                self._headers = env[1]
 
     async def send(
         self,
@@ -204,6 +284,8 @@ class Pool:
         headers = (
             {"Content-Type": content_type, **auth.headers} if body is not None else auth.headers
         )
+        if self._headers:
+            headers = {**headers, **self._headers}
         resp = await self.session.request(
             method, url, data=body, headers=headers, timeout=timeout, ssl=auth.ssl, **self._extra
         )
@@ -218,7 +300,8 @@ async def open_pool(credentials: Credentials, connections: int) -> AsyncIterator
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections),
         headers={"Accept": _JSON, "User-Agent": _USER_AGENT},
-        trust_env=True,  # HTTPS_PROXY / NO_PROXY, as kubectl
+        trust_env=False,  # the proxy environment is read once, by Pool (environment_proxy)
+        cookie_jar=aiohttp.DummyCookieJar(),  # the API server sets none worth keeping
         read_bufsize=_READ_BUFSIZE,
     )
     async with session:
