@@ -121,6 +121,16 @@ class KubeQueue:
 
     async def start(self, timeout_s: float = 30.0) -> KubeQueue:
         self.process.start()
+        profile = os.environ.get("KUBE_QUEUE_PYSPY")
+        if profile and self.process.pid is not None:
+            # A sampling profile for benchmark runs (py-spy on PATH); it writes when the
+            # controller exits.
+            out = Path(profile) / f"{self.name}-{self.process.pid}.txt"
+            await asyncio.create_subprocess_exec(
+                "py-spy", "record", "--format", "raw", "-r", "100", "--pid",
+                str(self.process.pid), "-o", str(out),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )
         await wait_until(f"{self.name} /readyz", self._ready, timeout_s)
         return self
 
