@@ -71,19 +71,39 @@ async def create_all(
 
 
 async def patch_all(
-    client: KubeClient, paths: Sequence[str], body: Mapping[str, Any], concurrency: int = 32
+    client: KubeClient,
+    paths: Sequence[str],
+    body: Mapping[str, Any],
+    concurrency: int = 32,
+    *,
+    versions: Mapping[str, str] | None = None,
+    conflicts: list[str] | None = None,
 ) -> float:
-    """Merge-patch every path with ``body``, ``concurrency`` at a time; returns seconds taken."""
+    """Merge-patch every path with ``body``, ``concurrency`` at a time; returns seconds taken.
+
+    With ``versions`` (path -> resourceVersion) each patch is guarded by it, as a queue's
+    admission must be: a 409 (the object changed since, e.g. the Job controller wrote its
+    status) costs a GET and another guarded patch, and is appended to ``conflicts``."""
     limiter = anyio.CapacityLimiter(concurrency)
     started = time.monotonic()
 
     async def one(path: str) -> None:
+        rv = versions.get(path) if versions is not None else None
         async with limiter:
             for attempt in range(20):
                 try:
-                    await client.merge_patch(path, body)
+                    if rv is None:
+                        await client.merge_patch(path, body)
+                    else:
+                        guarded = {**body, "metadata": {"resourceVersion": rv}}
+                        await client.merge_patch(path, guarded)
                     return
-                except KubeError:
+                except KubeError as exc:
+                    if rv is not None and getattr(exc, "status", 0) == 409:
+                        if conflicts is not None:
+                            conflicts.append(path)
+                        rv = str((await client.get(path))["metadata"]["resourceVersion"])
+                        continue
                     await anyio.sleep(min(2.0, 0.05 * 2**attempt))
 
     async with anyio.create_task_group() as tg:
