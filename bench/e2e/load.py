@@ -128,9 +128,11 @@ class _JobHandler:
 
 @dataclass
 class Admissions:
-    """When each Job was first seen unsuspended (admitted) and finished, from a Job watch."""
+    """When each Job was first seen unsuspended (admitted), running (the Job controller has
+    created its pods: status active, or already succeeded) and finished, from a Job watch."""
 
     admitted: dict[str, float] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
     finished: dict[str, float] = field(default_factory=dict)
     # How many times each job went suspend true -> false (more than once: admitted twice, or
     # preempted and admitted again).
@@ -146,6 +148,9 @@ class Admissions:
             if self._suspended.get(name, True):
                 self.transitions[name] = self.transitions.get(name, 0) + 1
         self._suspended[name] = suspended
+        status = obj.get("status") or {}
+        if not suspended and (status.get("active") or status.get("succeeded")):
+            self.running.setdefault(name, now)
         for c in (obj.get("status") or {}).get("conditions") or []:
             if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
                 self.finished.setdefault(name, now)
