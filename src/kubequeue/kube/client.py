@@ -244,12 +244,7 @@ class Pool:
     """One connection pool to the API server: an aiohttp session with a connector of its own,
     sending the shared ``credentials``. Made by ``open_pool``."""
 
-    def __init__(
-        self,
-        credentials: Credentials,
-        session: aiohttp.ClientSession,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, credentials: Credentials, session: aiohttp.ClientSession) -> None:
         access = credentials.access
         self.credentials = credentials
         self.session = session
@@ -260,7 +255,7 @@ class Pool:
             self._extra["server_hostname"] = access.tls_server_name
         if access.proxy:  # the kubeconfig's proxy-url wins over the environment, as in kubectl
             self._extra["proxy"] = access.proxy
-        elif (env := environment_proxy(access.server, environ)) is not None:
+        elif (env := environment_proxy(access.server)) is not None:
             self._extra["proxy"] = env[0]
             if access.server.startswith("https:"):  # sent on the CONNECT that opens the tunnel
                 self._extra["proxy_headers"] = env[1]
