@@ -33,6 +33,8 @@ import datetime
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -407,58 +409,83 @@ class AdmissionLoop:
         log.warning("job.follow_up_retry", job="/".join(key), error=str(exc), attempt=failures)
         await self._backoff(failures)
 
-    async def _preempt(
-        self, preemption: Preemption, victim: AdmittedJob, limiter: anyio.CapacityLimiter
-    ) -> None:
-        """Suspend one victim, guarded by its latest observed resourceVersion. A conflict means
-        it changed (a status update, most likely): retry with the newer version the informer
-        brings, as long as it is still admitted and still this preemptor's victim."""
-        preemptor = preemption.job.key
-        by = "/".join(preemptor)
-        kind, namespace, name = victim.key
+    async def _stop(
+        self,
+        key: JobKey,
+        annotations: dict[str, str | None],
+        still_wanted: Callable[[], bool],
+        limiter: anyio.CapacityLimiter,
+        what: str,
+    ) -> dict[str, Any] | None:
+        """Suspend an admitted job with its kind's stop patch plus ``annotations``, guarded by
+        its latest observed resourceVersion. A conflict means it changed (a status update, most
+        likely): retry with the newer version the informer brings, as long as it is still
+        admitted and ``still_wanted()``. The stopped object, or None when there is nothing
+        (more) to do: it stopped or vanished meanwhile (maybe by our own earlier write), the
+        caller no longer wants it, or eight attempts failed (logged as ``job.<what>_gave_up``)."""
+        kind, namespace, name = key
         info = self.tracker.adapters[kind].info
+        job = f"{namespace}/{name}"
         for attempt in range(8):
-            current = self.tracker.admitted.get(victim.key)
-            if current is None or self.tracker.victims.get(victim.key) != preemptor:
-                return  # stopped already (maybe by our own write), or the plan was dropped
+            current = self.tracker.admitted.get(key)
+            if current is None or not still_wanted():
+                return None
             assert current.preemption_patch is not None
             try:
                 async with limiter:
-                    await writer.stop(
+                    return await writer.stop(
                         self.client,
                         info,
                         namespace,
                         name,
                         current.resource_version,
                         current.preemption_patch,
-                        {PREEMPTED_BY: by},
+                        annotations,
                     )
             except ApiError as exc:
                 if exc.not_found:
-                    return  # gone: its capacity is freed either way
+                    return None  # gone: its capacity is freed either way
                 if not exc.conflict:
-                    log.warning("job.preemption_failed", job=f"{namespace}/{name}", error=str(exc))
-                    metrics.ADMISSION_ERRORS.labels(info.name, f"Preempt{exc.reason}").inc()
+                    log.warning(f"job.{what}_failed", job=job, error=str(exc))
+                    metrics.ADMISSION_ERRORS.labels(info.name, f"{what}:{exc.reason}").inc()
             except KubeError as exc:  # outcome unknown: the next observation (or retry) tells
-                metrics.TRANSPORT_ERRORS.labels("preemption").inc()
-                log.warning("job.preemption_retry", job=f"{namespace}/{name}", error=str(exc))
-            else:
-                metrics.PREEMPTIONS.labels(info.name, _preemption_kind(preemption)).inc()
-                log.info("job.preempted", job=f"{namespace}/{name}", kind=kind, by=by)
-                self._publish(
-                    Notice(
-                        victim.key,
-                        victim.uid,
-                        "Normal",
-                        "Preempted",
-                        f"stopped to make room for {preemptor[0]} {preemptor[1]}/{preemptor[2]} "
-                        f"({preemption.reason}); it waits in its queue again, in its place by "
-                        "creation time",
-                    )
-                )
-                return
+                metrics.TRANSPORT_ERRORS.labels(what).inc()
+                log.warning(f"job.{what}_retry", job=job, error=str(exc))
             await anyio.sleep(min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
-        log.error("job.preemption_gave_up", job=f"{namespace}/{name}", by=by)
+        log.error(f"job.{what}_gave_up", job=job)
+        return None
+
+    async def _preempt(
+        self, preemption: Preemption, victim: AdmittedJob, limiter: anyio.CapacityLimiter
+    ) -> None:
+        """Suspend one victim while it is still this preemptor's victim."""
+        preemptor = preemption.job.key
+        by = "/".join(preemptor)
+        kind, namespace, name = victim.key
+        stopped = await self._stop(
+            victim.key,
+            {PREEMPTED_BY: by},
+            lambda: self.tracker.victims.get(victim.key) == preemptor,
+            limiter,
+            "preemption",
+        )
+        if stopped is None:
+            return
+        metrics.PREEMPTIONS.labels(
+            self.tracker.adapters[kind].info.name, _preemption_kind(preemption)
+        ).inc()
+        log.info("job.preempted", job=f"{namespace}/{name}", kind=kind, by=by)
+        self._publish(
+            Notice(
+                victim.key,
+                victim.uid,
+                "Normal",
+                "Preempted",
+                f"stopped to make room for {preemptor[0]} {preemptor[1]}/{preemptor[2]} "
+                f"({preemption.reason}); it waits in its queue again, in its place by "
+                "creation time",
+            )
+        )
 
     async def _requeue(self, requeue: Requeue, limiter: anyio.CapacityLimiter) -> None:
         """Suspend an admitted job whose pods did not all start in time, saying why (from the
@@ -474,45 +501,26 @@ class AdmissionLoop:
                 REQUEUES: str(requeue.attempt),
                 REQUEUED_AT: now,
             }
-            for attempt in range(8):
-                current = self.tracker.admitted.get(job.key)
-                if current is None:
-                    return  # finished, deleted or suspended meanwhile
-                assert current.preemption_patch is not None
+            obj = await self._stop(job.key, annotations, lambda: True, limiter, "requeue")
+            if obj is None:
+                return  # finished, deleted or suspended meanwhile, or the write gave up
+            if requeue.gave_up:  # the spec as it stands now is what a user must change
                 try:
                     async with limiter:
-                        obj = await writer.stop(
+                        await writer.mark(
                             self.client,
                             info,
                             namespace,
                             name,
-                            current.resource_version,
-                            current.preemption_patch,
-                            annotations,
+                            str(obj["metadata"]["resourceVersion"]),
+                            {GAVE_UP: spec_hash(obj)},
                         )
-                    if requeue.gave_up:  # the spec as it stands now is what a user must change
-                        async with limiter:
-                            await writer.mark(
-                                self.client,
-                                info,
-                                namespace,
-                                name,
-                                str(obj["metadata"]["resourceVersion"]),
-                                {GAVE_UP: spec_hash(obj)},
-                            )
-                    break
-                except ApiError as exc:
-                    if exc.not_found:
-                        return
-                    if not exc.conflict:
-                        log.warning("job.requeue_failed", job=f"{namespace}/{name}", error=str(exc))
                 except KubeError as exc:
-                    metrics.TRANSPORT_ERRORS.labels("requeue").inc()
-                    log.warning("job.requeue_retry", job=f"{namespace}/{name}", error=str(exc))
-                await anyio.sleep(min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
-            else:
-                log.error("job.requeue_gave_up_writing", job=f"{namespace}/{name}")
-                return
+                    # It is suspended with its attempt count: at the next admission's timeout
+                    # the limit is reached again and the mark is tried again.
+                    log.warning(
+                        "job.give_up_mark_failed", job=f"{namespace}/{name}", error=str(exc)
+                    )
         finally:
             if self.tracker.victims.get(job.key) == job.key:
                 del self.tracker.victims[job.key]
