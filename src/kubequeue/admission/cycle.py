@@ -135,6 +135,9 @@ class AdmissionCycle:
         )
         may_block = bool(self.starvation_seconds) or self.strict_fifo or bool(tree)
         lines_info = self._lines_info(tree)
+        # One line: every job is in it, so its info is looked up once, not once per job.
+        only = lines_info(lines[0]) if walk is None and lines else None
+        evaluated = waiting = 0  # counted here, written to the result once
         for job in jobs:  # step 1
             if inflight and job.key in inflight:
                 continue
@@ -146,15 +149,15 @@ class AdmissionCycle:
             if job.requeues and now < job.requeued_epoch + self.requeue.delay(job.requeues):
                 self._backing_off(result, job)
                 continue
-            line = lines_info(job.queue)
+            line = only if only is not None else lines_info(job.queue)
             stop = False
             if job.failed_at == generation or (
                 job.quota_checked is not None and self._still_refused(job)
             ):
-                result.waiting += 1
+                waiting += 1
                 stop = may_block and not job.over_quota and self._blocks(line, job, starved_before)
             else:
-                result.evaluated += 1
+                evaluated += 1
                 # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
                 # and the quota verdict matters only for jobs that do.
                 owed = headroom is not None and not _affordable(job.demand, headroom)
@@ -180,7 +183,7 @@ class AdmissionCycle:
                     if walk is not None:  # step 6: make room
                         walk.admitted()
                     continue
-                result.waiting += 1
+                waiting += 1
                 if owed:
                     self._owed(result, job)
                 elif placed is None and budget > 0 and self._explain(result, job):  # step 7
@@ -196,6 +199,8 @@ class AdmissionCycle:
                 if walk is None:
                     break
                 walk.block(job.queue)
+        result.evaluated += evaluated
+        result.waiting += waiting
         self._note_blocking(blocked)
         return result
 
