@@ -15,7 +15,7 @@ help:
 	@echo "make unit    - unit tests only (no cluster)"
 	@echo "make e2e     - e2e tests only (E2E_CLUSTER=kind to use your kind cluster)"
 	@echo "make lint    - ruff, mypy --strict, import layering (lint-imports), helm lint"
-	@echo "make bench   - admission-core benchmark (prints numbers)"
+	@echo "make bench   - admission-core benchmark (prints numbers; BENCH_ARGS=--scale for 10x)"
 	@echo "make bench-e2e - end-to-end benchmark on the local cluster, kube-queue and Kueue side by side (BENCH_E2E_ARGS=...)"
 	@echo "make chaos   - fault campaign + scale soak on the local cluster, judged by an independent checker (CHAOS_ARGS=...)"
 	@echo "make image   - build the container image with podman or docker"
@@ -57,8 +57,10 @@ lint: $(STAMP) cluster-binaries
 	$(VENV)/bin/lint-imports
 	$$($(PY) -c 'from e2e.cluster.build import ensure_binaries; print(ensure_binaries().helm)') lint helm/kube-queue
 
+# BENCH_ARGS=--scale: 20,000 nodes / 200,000 pods / 100,000 queued jobs (~11 min); --quick: seconds.
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 # Long (tens of minutes with every scenario and Kueue; Kueue is built on first use). Not part of
 # `make test`. Narrow it with e.g. BENCH_E2E_ARGS='--scenarios backlog --systems kube-queue'.
