@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="ten times today's preset: 20,000 nodes, 200,000 running pods, 100,000 "
                    "queued jobs, one run, no scaling table (issue 12's targets: pod-deleted -> "
                    "admission p99 < 50 ms, first cycle < 2 s, peak RSS <= 600 MiB)")
+    p.add_argument("--no-memory", action="store_true",
+                   help="skip the two memory child processes (peak RSS, heap)")
     p.add_argument("--json", metavar="PATH", help="also write every raw result as JSON here")
     p.add_argument("--trace", metavar="PATH",
                    help="no figures: one run on a per-cycle clock, every cycle's decisions "
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# kube-queue admission-core benchmark\n\nMachine: {machine()}. Seed {args.seed}."
           f"{queues}")
     main_result = _core(args, sizes, args.runs)
-    memory, memory_trace = _memory(args, sizes)
+    memory, memory_trace = (None, None) if args.no_memory else _memory(args, sizes)
     print_summary(main_result["summary"], memory, memory_trace)
     report: dict[str, Any] = {"main": main_result, "memory": memory,
                               "memory_trace": memory_trace, "scaling": []}
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                        "memory_trace": memory_trace}
             else:
                 core = _child(args, "core", s, args.scaling_runs)
-                mem, heap = _memory(args, s)
+                mem, heap = (None, None) if args.no_memory else _memory(args, s)
                 row = {"summary": core["summary"], "memory": mem, "memory_trace": heap}
             rows.append(row)
         report["scaling"] = rows
