@@ -12,7 +12,8 @@ import pytest
 
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
-from e2e.jobs import admitted_at, events_for, get_job, is_suspended, job
+from e2e.jobs import admitted_at, get_job, is_suspended, job
+from e2e.operators.manifests import first_event
 from e2e.support import FakeNodes, Kubectl, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -40,13 +41,6 @@ def _huge(name: str) -> dict[str, Any]:
     return manifest
 
 
-async def _warning(
-    kubectl: Kubectl, namespace: str, name: str, reason: str
-) -> dict[str, Any] | None:
-    found = [e for e in await events_for(kubectl, namespace, name) if e["reason"] == reason]
-    return found[0] if found else None
-
-
 async def test_hostile_but_valid_jobs_get_a_verdict_and_the_queue_moves_on(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController
 ) -> None:
@@ -70,21 +64,18 @@ async def test_hostile_but_valid_jobs_get_a_verdict_and_the_queue_moves_on(
     await wait_until("the ~1 MiB job admitted", lambda: admitted("huge"), 60)
     await wait_until("the ordinary job admitted", lambda: admitted("ordinary"), 60)
 
-    fpga = await wait_until(
-        "a NeverFits warning on the fpga job",
-        lambda: _warning(kubectl, namespace, "fpga", "NeverFits"),
-        60,
-    )
-    assert fpga["type"] == "Warning"
-    assert "example.com/fpga" in fpga["message"]
-    assert "no eligible node offers example.com/fpga at all" in fpga["message"]
-    horde = await wait_until(
-        "a NeverFits warning on the 100,000-pod job",
-        lambda: _warning(kubectl, namespace, "horde", "NeverFits"),
-        60,
-    )
-    assert horde["type"] == "Warning"
-    assert "needs 100000 pods" in horde["message"]
+    # Each held back with a Warning naming its cause.
+    for name, cause in (
+        ("fpga", "no eligible node offers example.com/fpga at all"),
+        ("horde", "needs 100000 pods"),
+    ):
+        warning = await wait_until(
+            f"a NeverFits warning on {name}",
+            lambda name=name: first_event(kubectl, namespace, name, "NeverFits"),
+            60,
+        )
+        assert warning["type"] == "Warning"
+        assert cause in warning["message"], warning["message"]
     for name in ("fpga", "horde"):
         held = await get_job(kubectl, namespace, name)
         assert is_suspended(held) and admitted_at(held) is None, f"{name} was admitted"
