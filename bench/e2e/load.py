@@ -92,11 +92,8 @@ async def patch_all(
         async with limiter:
             for attempt in range(20):
                 try:
-                    if rv is None:
-                        await client.merge_patch(path, body)
-                    else:
-                        guarded = {**body, "metadata": {"resourceVersion": rv}}
-                        await client.merge_patch(path, guarded)
+                    guard = {} if rv is None else {"metadata": {"resourceVersion": rv}}
+                    await client.merge_patch(path, {**body, **guard})
                     return
                 except KubeError as exc:
                     if rv is not None and getattr(exc, "status", 0) == 409:
@@ -151,7 +148,7 @@ class Admissions:
         status = obj.get("status") or {}
         if not suspended and (status.get("active") or status.get("succeeded")):
             self.running.setdefault(name, now)
-        for c in (obj.get("status") or {}).get("conditions") or []:
+        for c in status.get("conditions") or []:
             if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
                 self.finished.setdefault(name, now)
 

@@ -214,6 +214,7 @@ def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
     """NO_PROXY as Go's net/http reads it: ``*``, a host or domain suffix (``corp`` and
     ``.corp`` both match ``api.corp``), an IP address or CIDR block, each optionally with a
     port."""
+    host = host.lower()
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -235,7 +236,7 @@ def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
         if entry_port and entry_port != str(port):
             continue
         name = name.strip("[]").lstrip("*").lstrip(".")
-        if name and (host.lower() == name or host.lower().endswith("." + name)):
+        if name and (host == name or host.endswith("." + name)):
             return True
     return False
 
