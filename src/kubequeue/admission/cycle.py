@@ -20,17 +20,20 @@ The cycle is synchronous and never awaits: informer updates cannot interleave wi
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from kubequeue import resources
 from kubequeue.admission.notices import Notice
+from kubequeue.admission.parking import END, Parking, Position
 from kubequeue.admission.preemption import Preemption, PreemptionPolicy, plan_preemption
 from kubequeue.admission.requeue import Requeue, RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
@@ -77,6 +80,7 @@ class AdmissionCycle:
         preemption: PreemptionPolicy | None = None,
         preemption_timeout: float = 300.0,
         requeue: RequeuePolicy | None = None,
+        parking: bool = True,
     ) -> None:
         self.tracker = tracker
         self.strict_fifo = strict_fifo
@@ -94,6 +98,9 @@ class AdmissionCycle:
         self._clock = clock
         self._shortcuts = _Shortcuts()
         self._debt_logged: resources.Resources = {}
+        # Jobs whose visit is a foregone conclusion sit out of the walk (admission/parking.py);
+        # off, every queued job is visited (the reference the tests compare against).
+        self._parking = Parking(tracker.queue) if parking else None
 
     def run(self) -> CycleResult:
         tracker = self.tracker
@@ -118,6 +125,9 @@ class AdmissionCycle:
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
+        # One instant for the whole cycle: whether an explanation is stale must not depend on
+        # how long the jobs before it took (parking decides it for the jobs it leaves out).
+        instant = self._clock()
         blocked: dict[str, QueuedJob] = {}
         shortcuts = self._shortcuts
         shortcuts.start(cache)
@@ -126,25 +136,51 @@ class AdmissionCycle:
         nodes_generation = cache.nodes_generation
         ledger = tracker.ledger
         tree = ledger.tree
+        parking = self._parking
+        if parking is not None and headroom is not None:
+            # While capacity is owed to displaced pods, jobs that fit are refused for the debt
+            # and it is paid without any generation moving: every job is visited (parking
+            # resumes once the debt is gone).
+            parking.suspend()
+            parking = None
+        if parking is not None:
+            parking.start(
+                cache,
+                ledger,
+                generation,
+                now=instant,
+                report_interval=self.report_interval,
+                budget=budget,
+                starved_before=starved_before if self.starvation_seconds else None,
+                setting=(ledger.epoch, self.strict_fifo, self.preemption),
+            )
         lines = tracker.queue.lines()
         # One line (always so without Queue objects): walk it in order. Several: the line whose
         # head has the better fair-share claim goes next (_Walk).
-        walk = _Walk(tracker.queue, lines, ledger) if len(lines) > 1 else None
-        jobs: Iterable[QueuedJob] = (
-            walk if walk is not None else tracker.queue.ordered(lines[0]) if lines else ()
+        walk: _Walk | _OneLine | None = (
+            _Walk(tracker.queue, lines, ledger)
+            if len(lines) > 1
+            else _OneLine(tracker.queue, lines[0])
+            if lines
+            else None
         )
+        jobs: Iterable[QueuedJob] = walk if walk is not None else ()
         may_block = bool(self.starvation_seconds) or self.strict_fifo or bool(tree)
         lines_info = self._lines_info(tree)
         # One line: every job is in it, so its info is looked up once, not once per job.
-        only = lines_info(lines[0]) if walk is None and lines else None
+        only = lines_info(lines[0]) if isinstance(walk, _OneLine) else None
         evaluated = waiting = 0  # counted here, written to the result once
         for job in jobs:  # step 1
             if inflight and job.key in inflight:
                 continue
             if job.problem is not None:  # step 2
                 self._report(result, job, "Warning", job.problem_reason, job.problem)
+                if parking is not None:
+                    parking.park_silent(job, never_fits=False)
                 continue
             if job.never_fits and job.never_fits_generation == nodes_generation:
+                if parking is not None:
+                    parking.park_silent(job, never_fits=True)
                 continue
             if job.requeues and now < job.requeued_epoch + self.requeue.delay(job.requeues):
                 self._backing_off(result, job)
@@ -156,6 +192,13 @@ class AdmissionCycle:
             ):
                 waiting += 1
                 stop = may_block and not job.over_quota and self._blocks(line, job, starved_before)
+                if not stop and line.parks and parking is not None:
+                    memo = job.quota_checked
+                    if memo is not None and self._still_refused(job):
+                        parking.park_quota(job, memo[0])
+                    else:
+                        room = shortcuts.room(job, cache)
+                        parking.park_capacity(job, room, nodes_generation)
             else:
                 evaluated += 1
                 # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
@@ -173,32 +216,54 @@ class AdmissionCycle:
                     result.admitted.append(Admission(job, placed))
                     if walk is not None:
                         walk.admitted()
+                    if parking is not None and walk is not None and job.queue:
+                        parking.ledger_moved(walk)
                     continue
                 if placed is None and not owed:
                     # (A job refused for the debt is judged again next cycle: the debt can be
                     # paid by a relocation, which changes no generation.)
                     job.failed_at = generation
                 policy = line.policy
-                if policy is not None and self._preempt(result, job, policy, quota=not quota_ok):
-                    if walk is not None:  # step 6: make room
+                if policy is not None:  # step 6: make room
+                    preempting = self._preempt(result, job, policy, quota=not quota_ok)
+                    if preempting and walk is not None:
                         walk.admitted()
-                    continue
+                    if parking is not None and walk is not None:
+                        # Even an attempt moves ledger versions (it weighs the victims' absence).
+                        parking.ledger_moved(walk)
+                    if preempting:
+                        continue
                 waiting += 1
                 if owed:
                     self._owed(result, job)
-                elif placed is None and budget > 0 and self._explain(result, job):  # step 7
-                    budget -= 1
+                elif placed is None and budget > 0 and self._explain(result, job, instant):
+                    budget -= 1  # step 7
                 stop = (
                     may_block
                     and not job.never_fits
                     and not job.over_quota
                     and self._blocks(line, job, starved_before)
                 )
+                if not stop and line.parks and parking is not None:
+                    if placed is None:
+                        if job.never_fits and job.never_fits_generation == nodes_generation:
+                            parking.park_silent(job, never_fits=True)
+                        else:
+                            room = shortcuts.room(job, cache)
+                            parking.park_capacity(job, room, nodes_generation)
+                    elif not quota_ok and job.quota_checked is not None:
+                        parking.park_quota(job, job.quota_checked[0])
             if stop:
                 blocked[job.queue] = job
-                if walk is None:
+                if parking is not None:
+                    parking.blocked(job)
+                if walk is None or isinstance(walk, _OneLine):
                     break
                 walk.block(job.queue)
+        if parking is not None:
+            parked_evaluated, parked_waiting = parking.finish(generation)
+            evaluated += parked_evaluated
+            waiting += parked_waiting
         result.evaluated += evaluated
         result.waiting += waiting
         self._note_blocking(blocked)
@@ -377,10 +442,10 @@ class AdmissionCycle:
                 )
         self.blocked = blocked
 
-    def _explain(self, result: CycleResult, job: QueuedJob) -> bool:
-        """Refresh the job's reasons if they are stale; True if work was spent."""
+    def _explain(self, result: CycleResult, job: QueuedJob, now: float) -> bool:
+        """Refresh the job's reasons if they are stale (at ``now``, the cycle's instant); True
+        if work was spent."""
         cache = self.tracker.cache
-        now = self._clock()
         spent = False
         if job.never_fits_generation != cache.nodes_generation:
             job.never_fits = explain(job.pod_sets, cache, empty_cluster=True)
@@ -425,6 +490,12 @@ class _Line:
     strict: bool
     policy: PreemptionPolicy | None  # None: this queue never preempts
 
+    @property
+    def parks(self) -> bool:
+        """Whether the walk may leave its waiting jobs out (admission/parking.py): a job that
+        may preempt, or that blocks the line behind it whenever it does not fit, never is."""
+        return self.policy is None and not self.strict
+
 
 def _borrows(ledger: QuotaLedger, job: QueuedJob) -> bool:
     """Whether admitting the job would take its queue above its min (memoised like the quota
@@ -436,6 +507,32 @@ def _borrows(ledger: QuotaLedger, job: QueuedJob) -> bool:
     return ledger.needs_to_borrow(job.queue, job.demand)
 
 
+class _OneLine:
+    """The queued jobs of the only line, in order (entries of jobs parking wakes in the middle
+    of the walk are inserted after the position)."""
+
+    def __init__(self, queue: JobQueue, line: str) -> None:
+        self._line = line
+        self._entries = queue.active(line)
+        self._last: Position = None
+
+    def __iter__(self) -> Iterator[QueuedJob]:
+        # A list iterator reads by index, so entries inserted after the current one are seen.
+        for entry in self._entries:
+            self._last = entry
+            yield entry[-1]
+        self._last = END
+
+    def position(self, line: str) -> Position:
+        return self._last
+
+    def insert(self, line: str, entry: tuple[Any, ...]) -> None:
+        bisect.insort(self._entries, entry)  # after the position: the entry is beyond it
+
+    def admitted(self) -> None:
+        pass
+
+
 class _Walk:
     """The queued jobs of several queues, one at a time, the best claim first.
 
@@ -445,14 +542,24 @@ class _Walk:
     queue's path (hierarchical DRF, QuotaLedger.shares). Lines with equal claims are merged by
     their jobs' priority and age (a C-level k-way merge). Claims move only when a job is
     admitted; then the rest of the lines are grouped again from where each one stopped.
+
+    Parked jobs (admission/parking.py) are not visited, but the walk goes through the lines as
+    if they were there: a line has a turn while it has entries left, parked or not, and a line
+    in the group being merged has gone as far as the entry last visited. So lines take their
+    turns exactly as with every job visited, and parking knows which parked jobs a line has not
+    reached yet (``position``).
     """
 
     def __init__(self, queue: JobQueue, lines: Sequence[str], ledger: QuotaLedger) -> None:
         self._ledger = ledger
-        # Snapshots of each line (entries: (*order key, job)); the cycle removes jobs from the
-        # queue while it walks.
-        self._lines = {line: queue.entries(line) for line in lines}
-        self._pos = dict.fromkeys(lines, 0)
+        # Snapshots of each line's unparked entries ((*order key, job)); the cycle removes jobs
+        # from the queue while it walks. And each line's last entry, parked or not.
+        self._lines = {line: queue.active(line) for line in lines}
+        self._ends = {line: queue.last(line) for line in lines}
+        self._pos = dict.fromkeys(lines, 0)  # next unvisited index in the snapshot
+        self._at: dict[str, Position] = dict.fromkeys(lines)  # gone through up to here
+        self._group: list[str] = []
+        self._current: tuple[Any, ...] | None = None  # last entry of the group being merged
         self._blocked: set[str] = set()
         self._regroup = False
 
@@ -463,42 +570,61 @@ class _Walk:
         at_guarantee = any(left <= 0 for _, left in ledger.guarantee_room(line))
         return at_guarantee, ledger.shares(line)
 
+    def _left(self, line: str) -> bool:
+        """Entries left in the line, parked or not."""
+        at = self._at[line]
+        end = self._ends[line]
+        return end is not None and (at is None or (at is not END and at < end))  # type: ignore[operator]
+
     def __iter__(self) -> Iterator[QueuedJob]:
-        lines, pos = self._lines, self._pos
+        lines, pos, at = self._lines, self._pos, self._at
         while True:
-            active = [
-                line
-                for line, entries in lines.items()
-                if pos[line] < len(entries) and line not in self._blocked
-            ]
+            active = [line for line in lines if line not in self._blocked and self._left(line)]
             if not active:
                 return
             claims = {line: self._claim(line) for line in active}
             best = min(claims.values())
             group = [line for line in active if claims[line] == best]
-            while group:
-                self._regroup = False
-                if len(group) == 1:
-                    merged: Iterator[tuple[object, ...]] = itertools.islice(
-                        lines[group[0]], pos[group[0]], None
-                    )
-                else:
-                    merged = heapq.merge(
-                        *(itertools.islice(lines[line], pos[line], None) for line in group)
-                    )
-                for entry in merged:
-                    job: QueuedJob = entry[-1]  # type: ignore[assignment]
-                    line = job.queue
-                    pos[line] += 1
-                    yield job
-                    if self._regroup:
-                        break
-                else:
-                    group = []  # this claim's lines are done: on to the next claim
+            self._regroup = False
+            self._group = group
+            self._current = None
+            if len(group) == 1:
+                merged: Iterator[tuple[Any, ...]] = itertools.islice(
+                    lines[group[0]], pos[group[0]], None
+                )
+            else:
+                merged = heapq.merge(
+                    *(itertools.islice(lines[line], pos[line], None) for line in group)
+                )
+            entry: tuple[Any, ...] | None = None
+            for entry in merged:
+                job: QueuedJob = entry[-1]
+                pos[job.queue] += 1
+                self._current = entry
+                yield job
+                if self._regroup:
                     break
-                # An admission (claims moved) or a blocked line: group the rest again.
-                if self._blocked.intersection(group) or self._regroup:
-                    group = []
+            else:
+                # This claim's lines are done, parked entries included.
+                for line in group:
+                    at[line] = END
+                self._group = []
+                continue
+            # An admission (claims moved), a blocked line or a job put back: group again.
+            for line in group:
+                self._at[line] = self.position(line)
+            self._group = []
+
+    def position(self, line: str) -> Position:
+        at = self._at.get(line)
+        current = self._current
+        if at is END or current is None or line not in self._group:
+            return at
+        return current if at is None or current > at else at  # type: ignore[operator]
+
+    def insert(self, line: str, entry: tuple[Any, ...]) -> None:
+        bisect.insort(self._lines[line], entry, lo=self._pos[line])
+        self._regroup = True
 
     def admitted(self) -> None:
         """Usage changed: every line's claim is judged again."""
@@ -571,6 +697,19 @@ class _Shortcuts:
         self._gen = cache.freed_generation
         self._may_fit.clear()
         self._freed.clear()
+
+    def room(self, job: QueuedJob, cache: CapacityCache) -> int | None:
+        """A bound on how many pods of the job's shape fit now, if one was found this
+        generation (a failed fit's count, or a room carried over from an earlier one)."""
+        memo = job.shape
+        if (
+            memo is None
+            or memo[0] is not job.pod_sets
+            or self._gen != cache.freed_generation
+            or self._nodes_gen != cache.nodes_generation
+        ):
+            return None
+        return self._now.get(memo[1])
 
     def _shape(self, job: QueuedJob) -> int:
         key = tuple((tuple(ps.request.items()), ps.constraints) for ps in job.pod_sets)

@@ -8,13 +8,18 @@ A job waits in the line of its queue (``QueuedJob.queue``; "" is the implicit de
 only line when no Queue objects exist). Upsert and remove are O(log n) (a sorted list per line
 plus a dict from job to its entry); walking a line in order is a snapshot so the admission cycle
 may remove jobs while it walks. Which line goes next is the cycle's business (fair sharing).
+
+A job may be *parked* (admission/parking.py): it stays in its line (order, position, status
+tables see it) but not among the line's *active* entries, which are what the admission walk
+visits. Any change to a parked job (upsert, remove) wakes it first, so a job is never left out
+of the walk with a verdict made for an older version of it.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +29,23 @@ from kubequeue.demand import PodSet, total_demand
 from kubequeue.identity import JobKey
 from kubequeue.resources import Resources
 
-__all__ = ["JobQueue", "QueuedJob", "order_key"]
+__all__ = ["JobQueue", "Parked", "QueuedJob", "order_key"]
 
 OrderKey = tuple[int, str, str, str, str]
+
+
+class Parked:
+    """Why a job sits out of the admission walk; the admission cycle's parking subclasses it.
+
+    A parked job is still visited by every cycle *in effect* (its outcome is known and counted
+    in bulk), so a field such a visit would set may move while the job is parked: ``failed_at``
+    asks the record for its current value instead of reading the job's own.
+    """
+
+    __slots__ = ()
+
+    def failed_at(self, own: tuple[int, int] | None) -> tuple[int, int] | None:
+        return own
 
 
 @dataclass(slots=True)
@@ -47,8 +66,9 @@ class QueuedJob:
     problem: str | None = None
     problem_reason: str = ""
     # The (freed_generation, nodes_generation) at which it last failed to fit: until capacity is
-    # freed or nodes change, evaluating it again cannot give a different answer.
-    failed_at: tuple[int, int] | None = None
+    # freed or nodes change, evaluating it again cannot give a different answer. Read and set
+    # through ``failed_at`` (a parked job's record may know a newer value).
+    _failed_at: tuple[int, int] | None = None
     wait_reason: str = ""
     never_fits: str = ""  # non-empty when even the empty cluster cannot hold it
     never_fits_generation: int = -1
@@ -71,8 +91,20 @@ class QueuedJob:
     requeues: int = 0
     requeued_epoch: float = 0.0
 
+    # Set while the job is parked (see JobQueue.park); None while the walk visits it.
+    park: Parked | None = None
+
     # Total demand, computed when first needed (only jobs in Queue objects need it).
     _demand: Resources | None = None
+
+    @property
+    def failed_at(self) -> tuple[int, int] | None:
+        park = self.park
+        return self._failed_at if park is None else park.failed_at(self._failed_at)
+
+    @failed_at.setter
+    def failed_at(self, value: tuple[int, int] | None) -> None:
+        self._failed_at = value
 
     @property
     def kind(self) -> str:
@@ -97,8 +129,13 @@ class JobQueue:
         # Per line, entries (*order key, job): the key alone decides the order (it is unique: it
         # ends with the job's identity), and carrying the job lets ordered() read it off.
         self._lines: dict[str, SortedList] = {}
+        # Per line, the entries of the jobs that are not parked: what the admission walk visits.
+        self._active: dict[str, SortedList] = {}
         # job -> (its entry, the line it is in)
         self._jobs: dict[JobKey, tuple[tuple[Any, ...], str]] = {}
+        # Told when a parked job wakes because it changed or left (before the change), so
+        # whoever parked it can forget it.
+        self.on_wake: Callable[[QueuedJob], None] | None = None
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -115,29 +152,93 @@ class JobQueue:
         line = job.queue
         old = self._jobs.get(job.key)
         if old is not None:
+            if old[0][-1].park is not None:
+                self._wake(old[0][-1])  # whatever changed, it is judged again
             if old[0][-1] is job and old[0] == entry and old[1] == line:
                 return
             self._discard(old)
+        if job.park is not None:  # a parked object handed in again (not via this queue's get)
+            self._wake(job)
         ordered = self._lines.get(line)
         if ordered is None:
             ordered = self._lines[line] = SortedList()
+            self._active[line] = SortedList()
         ordered.add(entry)
+        self._active[line].add(entry)
         self._jobs[job.key] = (entry, line)
 
     def remove(self, key: JobKey) -> QueuedJob | None:
-        old = self._jobs.pop(key, None)
+        old = self._jobs.get(key)
         if old is None:
             return None
-        self._discard(old)
         job: QueuedJob = old[0][-1]
+        if job.park is not None:
+            self._wake(job)
+        del self._jobs[key]
+        self._discard(old)
         return job
 
     def _discard(self, old: tuple[tuple[Any, ...], str]) -> None:
         entry, line = old
         ordered = self._lines[line]
         ordered.remove(entry)
+        self._active[line].discard(entry)
         if not ordered:
             del self._lines[line]
+            del self._active[line]
+
+    # ----------------------------------------------------------------- parking
+    def park(self, job: QueuedJob, record: Parked) -> None:
+        """Leave the job out of the admission walk (``active``) until ``unpark``."""
+        entry, line = self._jobs[job.key]
+        if job.park is None:
+            self._active[line].remove(entry)
+        job.park = record
+
+    def unpark(self, job: QueuedJob) -> tuple[Any, ...] | None:
+        """Back into the walk; its record's view of ``failed_at`` becomes the job's own.
+        Returns its entry (None if it was not parked here)."""
+        found = self._jobs.get(job.key)
+        record = job.park
+        if record is None or found is None or found[0][-1] is not job:
+            return None
+        job._failed_at = record.failed_at(job._failed_at)
+        job.park = None
+        self._active[found[1]].add(found[0])
+        return found[0]
+
+    def _wake(self, job: QueuedJob) -> None:
+        if self.on_wake is not None:
+            self.on_wake(job)
+        record = job.park
+        if record is not None:
+            job._failed_at = record.failed_at(job._failed_at)
+            job.park = None
+            found = self._jobs.get(job.key)
+            if found is not None and found[0][-1] is job:
+                self._active[found[1]].add(found[0])
+
+    def wake_all(self) -> None:
+        """Every parked job back into the walk, without telling ``on_wake`` (whoever parked
+        them is being replaced)."""
+        self.on_wake = None
+        for entry, _ in self._jobs.values():
+            if entry[-1].park is not None:
+                self._wake(entry[-1])
+
+    def active(self, line: str) -> list[tuple[Any, ...]]:
+        """A snapshot of the entries of one line's jobs that are not parked, in order."""
+        found = self._active.get(line)
+        return list(found) if found is not None else []
+
+    def last(self, line: str) -> tuple[Any, ...] | None:
+        """The last entry of a line, parked or not."""
+        found = self._lines.get(line)
+        return found[-1] if found else None
+
+    def entry(self, job: QueuedJob) -> tuple[Any, ...] | None:
+        found = self._jobs.get(job.key)
+        return found[0] if found is not None and found[0][-1] is job else None
 
     def keys(self) -> list[JobKey]:
         return list(self._jobs)

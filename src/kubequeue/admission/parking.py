@@ -1,0 +1,556 @@
+"""Parking: queued jobs whose next visits by the admission walk are already known to change
+nothing sit out of the walk, so a cycle costs what changed, not the length of the queue.
+
+Every cycle walks the queue in claim order, and for most queued jobs the visit is a foregone
+conclusion: the job does not fit and nothing was freed that could make it fit, or its queue's
+quota refused it and that queue's usage has not moved. Such a visit only counts the job
+(``waiting``, and ``evaluated`` when capacity was freed since the last cycle) and, when it is
+evaluated, moves its ``failed_at``. A *parked* job is left out of the walk; the cycle adds
+those counts in bulk and ``failed_at`` is kept by a stamp shared by all of them. A job is parked
+only while that is *exactly* what its visit would do, and woken (put back in the walk) as soon
+as something could make it otherwise. Kinds:
+
+- capacity: one pod set that did not fit. Keyed by its shape (pod request and node
+  constraints); the shape keeps an upper bound on how many of its pods fit in the whole
+  cluster (from the fit that failed, or the job's own count minus one). A node's free capacity
+  only grows through an event the cache logs (``freed_since``), so at the start of each cycle
+  the bound grows by the copies that fit *now* on the nodes freed since (a new or changed node
+  is logged too; only nodes the shape's constraints allow count), and jobs whose pod count the
+  bound reaches wake. Admissions only take capacity, so the bound stays one for the rest of the
+  cycle.
+- quota: its queue refused it at a ledger version (``QuotaLedger.version``); it wakes when that
+  version moves, also in the middle of a walk (after an admission or a preemption attempt):
+  then the jobs the walk has not reached yet go back into it, as they would be evaluated.
+- silent: a job with a problem (reported already) or that can never fit on the nodes as they
+  are: the walk skips it without a trace; it wakes when it changes or nodes change.
+
+What the walk would still do with a parked job, and how it is kept:
+
+- blocking: a job that blocks its line (StrictFIFO, or starved under the starvation guard)
+  changes the walk. Jobs are parked only in lines that neither preempt nor are StrictFIFO, and
+  only while not starved (they wake when they would be); when an unparked job blocks a line,
+  the parked jobs behind it wake (the walk does not reach them, so they are not counted).
+- explanations: the first ``explain_budget`` evaluated jobs with a stale explanation are
+  explained, in walk order. Those among the parked are kept per line in walk order ("due");
+  when capacity was freed (parked jobs are evaluated), the first ``budget`` due jobs of each
+  line wake before the walk: the ones the budget reaches are among them (explained jobs of a
+  line are a prefix of its due ones), the others are parked again after their visit.
+- claim order: the walk of several lines (fair sharing) is replayed with every line's parked
+  entries in place, so lines whose only jobs are parked still take their turn exactly when
+  they would, and a quota job woken mid-walk is put back only if its line has not passed it.
+
+Jobs of several pod sets, of lines that preempt, with a requeue backoff or that are starved are
+never parked: they are visited as before.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sortedcontainers import SortedList
+
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.identity import JobKey
+from kubequeue.queueing.queue import JobQueue, Parked, QueuedJob
+from kubequeue.queueing.quota import QuotaLedger
+from kubequeue.resources import Resources, max_copies
+from kubequeue.scheduling import NodeConstraints
+
+__all__ = ["END", "Parking", "Position"]
+
+_NO_LIMIT = sys.maxsize
+# Entries of woken jobs a heap may hold beyond twice the parked jobs before it is compacted.
+COMPACT_SLACK = 1024
+
+
+class _End:
+    """The position of a line the walk has gone through to its end."""
+
+    def __repr__(self) -> str:
+        return "END"
+
+
+END = _End()
+# How far the walk has gone through one line: None (not started), its last visited entry, or END.
+Position = tuple[Any, ...] | _End | None
+
+
+class Walk(Protocol):
+    """What parking needs of the cycle's walk to put a woken job back into it."""
+
+    def position(self, line: str) -> Position: ...
+
+    def insert(self, line: str, entry: tuple[Any, ...]) -> None: ...
+
+
+class _Stamp:
+    """``failed_at`` of every capacity-parked job: the generation of the last cycle, which
+    visited them all in effect."""
+
+    __slots__ = ("cycles", "generation")
+
+    def __init__(self) -> None:
+        self.generation: tuple[int, int] | None = None
+        self.cycles = 0  # cycles finished
+
+
+class _Record(Parked):
+    __slots__ = ("cycle", "entry", "line")
+
+    def __init__(self, line: str, entry: tuple[Any, ...], cycle: int) -> None:
+        self.line = line
+        self.entry = entry
+        self.cycle = cycle  # the cycle that parked it
+
+
+class _Capacity(_Record):
+    __slots__ = ("count", "due", "shape", "stamp")
+
+    def __init__(
+        self,
+        line: str,
+        entry: tuple[Any, ...],
+        cycle: int,
+        stamp: _Stamp,
+        shape: _Shape,
+        count: int,
+    ) -> None:
+        super().__init__(line, entry, cycle)
+        self.stamp = stamp
+        self.shape = shape
+        self.count = count
+        self.due = False  # in its line's due list (its explanation is stale)
+
+    def failed_at(self, own: tuple[int, int] | None) -> tuple[int, int] | None:
+        # Until the cycle that parked it is over, the job's own value is the current one.
+        stamp = self.stamp
+        return stamp.generation if stamp.cycles >= self.cycle else own
+
+
+class _Quota(_Record):
+    __slots__ = ("group", "stale")
+
+    def __init__(
+        self, line: str, entry: tuple[Any, ...], cycle: int, group: tuple[str, object]
+    ) -> None:
+        super().__init__(line, entry, cycle)
+        self.group = group  # (queue, ledger version it was refused at)
+        self.stale = False  # the version moved after the walk passed it: wakes next cycle
+
+
+class _Silent(_Record):
+    __slots__ = ("never_fits",)
+
+    def __init__(self, line: str, entry: tuple[Any, ...], cycle: int, never_fits: bool) -> None:
+        super().__init__(line, entry, cycle)
+        self.never_fits = never_fits
+
+
+@dataclass(slots=True, eq=False)
+class _Shape:
+    """The capacity-parked jobs of one pod shape and a bound on the pods of it that fit."""
+
+    key: tuple[int, NodeConstraints]
+    request: Resources
+    constraints: NodeConstraints
+    room: int
+    jobs: dict[int, dict[JobKey, QueuedJob]]  # pod count -> parked jobs
+    counts: list[int]  # the pod counts present, ascending
+
+
+class Parking:
+    def __init__(self, queue: JobQueue) -> None:
+        self.queue = queue
+        self._reset()
+
+    def _reset(self) -> None:
+        """Nothing parked (jobs parked by whoever had the queue before would never be visited
+        again)."""
+        self.queue.wake_all()
+        self.queue.on_wake = self._forget
+        self._stamp = _Stamp()
+        self._cycle = 1  # the cycle running, or the next one
+        self._walking = False
+        self._shapes: dict[tuple[int, NodeConstraints], _Shape] = {}
+        self._by_constraints: dict[NodeConstraints, dict[tuple[int, NodeConstraints], _Shape]] = {}
+        # Capacity and quota records per line (to wake the jobs behind a blocking one).
+        self._lines: dict[str, dict[JobKey, QueuedJob]] = {}
+        self._due: dict[str, SortedList] = {}
+        self._fresh: list[tuple[float, int, QueuedJob, _Capacity]] = []  # by explained_at
+        self._quota: dict[tuple[str, object], dict[JobKey, QueuedJob]] = {}
+        self._stale: list[tuple[QueuedJob, _Quota]] = []
+        self._starving: list[tuple[float, int, QueuedJob, _Record]] = []  # by created_epoch
+        self._never_fits: dict[JobKey, QueuedJob] = {}
+        self._seq = itertools.count()
+        self.capacity_parked = 0
+        self.quota_parked = 0
+        self.silent = 0
+        self._new_capacity = 0  # parked by the cycle running (visited, so counted already)
+        self._new_quota = 0
+        # What the records were made under: when it changes they may no longer hold.
+        self._freed_gen: int | None = None
+        self._nodes_gen: int | None = None
+        self._setting: tuple[object, ...] | None = None
+        # The running cycle's inputs.
+        self._now = 0.0
+        self._interval = 0.0
+        self._starved_before: float | None = None
+        self._ledger: QuotaLedger | None = None
+
+    def __len__(self) -> int:
+        return self.capacity_parked + self.quota_parked + self.silent
+
+    # ----------------------------------------------------------------- cycle start / end
+    def start(
+        self,
+        cache: CapacityCache,
+        ledger: QuotaLedger,
+        generation: tuple[int, int],
+        *,
+        now: float,
+        report_interval: float,
+        budget: int,
+        starved_before: float | None,
+        setting: tuple[object, ...],
+    ) -> None:
+        """Before the walk: wake every parked job whose visit this cycle might differ from the
+        one recorded. ``setting`` covers what decides which lines may park at all (the Queue
+        tree, the implicit queue's strategy and preemption, the starvation guard)."""
+        self._walking = True
+        self._cycle = self._stamp.cycles + 1
+        self._new_capacity = self._new_quota = 0
+        self._now = now
+        self._interval = report_interval
+        self._starved_before = starved_before
+        self._ledger = ledger
+        if setting != self._setting:
+            self._setting = setting
+            self._wake_all()
+        if cache.nodes_generation != self._nodes_gen:
+            self._nodes_changed(cache.nodes_generation)
+        self._capacity_freed(cache)
+        self._quota_moved(ledger)
+        if starved_before is not None:
+            heap = self._starving
+            while heap and heap[0][0] < starved_before:
+                _, _, job, record = heapq.heappop(heap)
+                if job.park is record:
+                    self._unpark(job)
+        self._expire(now, report_interval)
+        if generation != self._stamp.generation and budget > 0:
+            for due in list(self._due.values()):
+                for entry in due[:budget]:
+                    self._unpark(entry[-1])
+
+    def suspend(self) -> None:
+        """A cycle is about to visit every job (it cannot tell which visits are foregone):
+        every parked job wakes, and parking starts afresh with the next cycle."""
+        self._reset()
+
+    def finish(self, generation: tuple[int, int]) -> tuple[int, int]:
+        """After the walk: (evaluated, waiting) the parked jobs add, as visited; from now on
+        capacity-parked jobs failed at ``generation``."""
+        stamp = self._stamp
+        capacity = self.capacity_parked - self._new_capacity
+        quota = self.quota_parked - self._new_quota
+        evaluated = capacity if generation != stamp.generation else 0
+        stamp.generation = generation
+        stamp.cycles += 1
+        self._cycle = stamp.cycles + 1
+        self._walking = False
+        self._ledger = None
+        return evaluated, capacity + quota
+
+    # ----------------------------------------------------------------- parking (in the walk)
+    def park_capacity(self, job: QueuedJob, room: int | None, nodes_generation: int) -> bool:
+        """The job was visited and does not fit (in a line that may park): out of the walk
+        while its shape's room stays below its pod count. ``room``: a bound on the pods of its
+        shape that fit now, if known."""
+        if not self._may_park(job):
+            return False
+        pod_sets = job.pod_sets
+        if len(pod_sets) != 1 or pod_sets[0].count <= 0:
+            return False
+        ps = pod_sets[0]
+        entry = self.queue.entry(job)
+        if entry is None:
+            return False
+        key = (id(ps.request), ps.constraints)
+        shape = self._shapes.get(key)
+        bound = ps.count - 1
+        if room is not None and room < bound:
+            bound = room
+        if shape is None:
+            shape = self._shapes[key] = _Shape(key, ps.request, ps.constraints, bound, {}, [])
+            self._by_constraints.setdefault(ps.constraints, {})[key] = shape
+        elif bound < shape.room:
+            shape.room = bound
+        record = _Capacity(job.queue, entry, self._cycle, self._stamp, shape, ps.count)
+        bucket = shape.jobs.get(ps.count)
+        if bucket is None:
+            bucket = shape.jobs[ps.count] = {}
+            _insort(shape.counts, ps.count)
+        bucket[job.key] = job
+        self._lines.setdefault(job.queue, {})[job.key] = job
+        # Parked before its heap entries are pushed: a compaction keeps only parked jobs' ones.
+        self.queue.park(job, record)
+        self.capacity_parked += 1
+        self._new_capacity += 1
+        if (
+            job.never_fits_generation != nodes_generation
+            or not job.wait_reason
+            or job.explained_at is None
+            or self._now - job.explained_at >= self._interval
+        ):
+            self._make_due(record)
+        else:
+            heapq.heappush(self._fresh, (job.explained_at, next(self._seq), job, record))
+            if len(self._fresh) > 2 * self.capacity_parked + COMPACT_SLACK:
+                self._fresh = _live(self._fresh)
+        self._starve_later(job, record)
+        return True
+
+    def park_quota(self, job: QueuedJob, version: object) -> bool:
+        """The job's queue refused it at ``version`` (in a line that may park): out of the walk
+        until that version moves."""
+        if not self._may_park(job):
+            return False
+        entry = self.queue.entry(job)
+        if entry is None:
+            return False
+        group = (job.queue, version)
+        record = _Quota(job.queue, entry, self._cycle, group)
+        self._quota.setdefault(group, {})[job.key] = job
+        self._lines.setdefault(job.queue, {})[job.key] = job
+        self.queue.park(job, record)
+        self.quota_parked += 1
+        self._new_quota += 1
+        self._starve_later(job, record)
+        return True
+
+    def park_silent(self, job: QueuedJob, *, never_fits: bool) -> None:
+        """The walk skips this job without a trace (a reported problem, or it can never fit on
+        the nodes as they are): out of the walk until it changes (or nodes do)."""
+        entry = self.queue.entry(job)
+        if entry is None:
+            return
+        record = _Silent(job.queue, entry, self._cycle, never_fits)
+        if never_fits:
+            self._never_fits[job.key] = job
+        self.queue.park(job, record)
+        self.silent += 1
+
+    def _may_park(self, job: QueuedJob) -> bool:
+        if job.requeues:
+            return False  # its backoff is judged by the wall clock on every visit
+        starved_before = self._starved_before
+        return starved_before is None or job.created_epoch >= starved_before
+
+    def _starve_later(self, job: QueuedJob, record: _Record) -> None:
+        if self._starved_before is not None:
+            item = (job.created_epoch, next(self._seq), job, record)
+            heapq.heappush(self._starving, item)
+            if len(self._starving) > 2 * (self.capacity_parked + self.quota_parked) + COMPACT_SLACK:
+                self._starving = _live(self._starving)
+
+    # ----------------------------------------------------------------- waking (in the walk)
+    def ledger_moved(self, walk: Walk) -> None:
+        """Quota usage may have moved (an admission or a preemption attempt): quota-parked jobs
+        of a moved tree that the walk has not reached go back into it; those it passed were
+        visited at the old version and wake for the next cycle."""
+        if not self._quota:
+            return
+        ledger = self._ledger
+        assert ledger is not None
+        for group in [g for g in self._quota if ledger.version(g[0]) != g[1]]:
+            jobs = self._quota.pop(group)
+            for job in jobs.values():
+                record = job.park
+                assert isinstance(record, _Quota)
+                position = walk.position(record.line)
+                if isinstance(position, _End) or (
+                    position is not None and record.entry <= position
+                ):
+                    record.stale = True
+                    self._stale.append((job, record))
+                    continue
+                self._unpark(job)
+                walk.insert(record.line, record.entry)
+
+    def blocked(self, job: QueuedJob) -> None:
+        """``job`` blocks its line: the walk will not reach the parked jobs behind it."""
+        parked = self._lines.get(job.queue)
+        entry = self.queue.entry(job)
+        if not parked or entry is None:
+            return
+        for other in [o for o in parked.values() if _entry(o) > entry]:
+            self._unpark(other)
+
+    # ----------------------------------------------------------------- waking (cycle start)
+    def _nodes_changed(self, nodes_generation: int) -> None:
+        """Nodes changed: jobs that could never fit may now; every explanation is stale."""
+        self._nodes_gen = nodes_generation
+        for job in list(self._never_fits.values()):
+            self._unpark(job)
+        for line, jobs in self._lines.items():
+            entries = []
+            for job in jobs.values():
+                record = job.park
+                if isinstance(record, _Capacity) and not record.due:
+                    record.due = True
+                    entries.append(record.entry)
+            if entries:
+                self._due.setdefault(line, SortedList()).update(entries)
+        self._fresh.clear()
+
+    def _capacity_freed(self, cache: CapacityCache) -> None:
+        """Grow each shape's bound by what the nodes freed since fit of it now; wake the jobs
+        the bound reaches."""
+        since = self._freed_gen
+        self._freed_gen = cache.freed_generation
+        if since is None or since == cache.freed_generation or not self._shapes:
+            return
+        names = cache.freed_since(since)
+        if names is None:  # too long ago to know which: every bound is void
+            for shape in list(self._shapes.values()):
+                self._wake_shape(shape, _NO_LIMIT)
+            return
+        nodes = cache.nodes
+        distinct = list(dict.fromkeys(names))
+        for constraints, shapes in list(self._by_constraints.items()):
+            feasible = cache.feasible(constraints)
+            frees = [nodes[name].free for name in distinct if name in feasible]
+            if not frees:
+                continue
+            for shape in list(shapes.values()):
+                request = shape.request
+                # Once the bound reaches the biggest pod count parked, every job of the shape
+                # wakes (and the shape goes): counting further would change nothing.
+                enough = shape.counts[-1] - shape.room
+                gain = 0
+                for free in frees:
+                    gain += max_copies(request, free, enough - gain)
+                    if gain >= enough:
+                        break
+                if gain:
+                    shape.room += gain
+                    if shape.room >= shape.counts[0]:
+                        self._wake_shape(shape, shape.room)
+
+    def _quota_moved(self, ledger: QuotaLedger) -> None:
+        for job, record in self._stale:
+            if job.park is record:
+                self._unpark(job)
+        self._stale = []
+        for group in [g for g in self._quota if ledger.version(g[0]) != g[1]]:
+            for job in list(self._quota[group].values()):
+                self._unpark(job)
+
+    def _expire(self, now: float, interval: float) -> None:
+        """Explanations that went stale since: their jobs are due."""
+        heap = self._fresh
+        while heap and now - heap[0][0] >= interval:
+            _, _, job, record = heapq.heappop(heap)
+            if job.park is record and not record.due:
+                self._make_due(record)
+
+    def _make_due(self, record: _Capacity) -> None:
+        record.due = True
+        due = self._due.get(record.line)
+        if due is None:
+            due = self._due[record.line] = SortedList()
+        due.add(record.entry)
+
+    def _wake_shape(self, shape: _Shape, upto: int) -> None:
+        for count in [c for c in shape.counts if c <= upto]:
+            for job in list(shape.jobs.get(count, {}).values()):
+                self._unpark(job)
+
+    def _wake_all(self) -> None:
+        for jobs in list(self._lines.values()):
+            for job in list(jobs.values()):
+                self._unpark(job)
+
+    # ----------------------------------------------------------------- bookkeeping
+    def _unpark(self, job: QueuedJob) -> None:
+        record = job.park
+        if record is None:
+            return
+        self._forget(job)
+        self.queue.unpark(job)
+
+    def _forget(self, job: QueuedJob) -> None:
+        """Drop the job from every index (it is being woken; JobQueue clears its mark)."""
+        record = job.park
+        if not isinstance(record, _Record):
+            return
+        new = record.cycle == self._cycle and self._walking
+        if isinstance(record, _Silent):
+            if record.never_fits:
+                self._never_fits.pop(job.key, None)
+            self.silent -= 1
+            return
+        jobs = self._lines[record.line]
+        del jobs[job.key]
+        if not jobs:
+            del self._lines[record.line]
+        if isinstance(record, _Capacity):
+            shape = record.shape
+            bucket = shape.jobs[record.count]
+            del bucket[job.key]
+            if not bucket:
+                del shape.jobs[record.count]
+                shape.counts.remove(record.count)
+                if not shape.jobs:
+                    del self._shapes[shape.key]
+                    shapes = self._by_constraints[shape.constraints]
+                    del shapes[shape.key]
+                    if not shapes:
+                        del self._by_constraints[shape.constraints]
+            if record.due:
+                due = self._due[record.line]
+                due.remove(record.entry)
+                if not due:
+                    del self._due[record.line]
+            self.capacity_parked -= 1
+            if new:
+                self._new_capacity -= 1
+        elif isinstance(record, _Quota):
+            # Not there if stale, or if ledger_moved took its group out to wake it.
+            members = self._quota.get(record.group)
+            if members is not None and members.pop(job.key, None) is not None and not members:
+                del self._quota[record.group]
+            self.quota_parked -= 1
+            if new:
+                self._new_quota -= 1
+
+    def parked(self) -> Iterable[QueuedJob]:
+        """Every capacity- and quota-parked job (for tests and debugging)."""
+        for jobs in self._lines.values():
+            yield from jobs.values()
+
+
+def _live(heap: list[Any]) -> list[Any]:
+    """The heap without the entries of jobs woken since (they are skipped when popped; this
+    keeps them from piling up while they wait for their turn)."""
+    kept = [item for item in heap if item[2].park is item[3]]
+    heapq.heapify(kept)
+    return kept
+
+
+def _entry(job: QueuedJob) -> tuple[Any, ...]:
+    record = job.park
+    assert isinstance(record, _Record)
+    return record.entry
+
+
+def _insort(values: list[int], value: int) -> None:
+    i = len(values)
+    while i and values[i - 1] > value:
+        i -= 1
+    values.insert(i, value)
