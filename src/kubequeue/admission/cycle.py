@@ -164,7 +164,9 @@ class AdmissionCycle:
             if lines
             else None
         )
-        jobs: Iterable[QueuedJob] = walk if walk is not None else ()
+        jobs: Iterable[QueuedJob] = (
+            () if walk is None else walk if parking is None else parking.follow(walk, walk)
+        )
         may_block = bool(self.starvation_seconds) or self.strict_fifo or bool(tree)
         lines_info = self._lines_info(tree)
         # One line: every job is in it, so its info is looked up once, not once per job.

@@ -48,11 +48,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sortedcontainers import SortedList
+import structlog
 
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.identity import JobKey
@@ -62,6 +62,8 @@ from kubequeue.resources import Resources, max_copies
 from kubequeue.scheduling import NodeConstraints
 
 __all__ = ["END", "Parking", "Position"]
+
+log = structlog.get_logger(__name__)
 
 _NO_LIMIT = sys.maxsize
 # Entries of woken jobs a heap may hold beyond twice the parked jobs before it is compacted.
@@ -155,12 +157,20 @@ class _Silent(_Record):
 class _Shape:
     """The capacity-parked jobs of one pod shape and a bound on the pods of it that fit."""
 
-    key: tuple[int, NodeConstraints]
+    key: _ShapeKey
     request: Resources
     constraints: NodeConstraints
     room: int
     jobs: dict[int, dict[JobKey, QueuedJob]]  # pod count -> parked jobs
     counts: list[int]  # the pod counts present, ascending
+    # pod count -> (order key, seq, job, record) heaps, to find the first parked job of a count in
+    # walk order; entries of jobs woken since stay until popped (``job.park is not record``).
+    order: dict[int, list[tuple[Any, ...]]]
+
+
+# (line, pod request, node constraints): a shape is per line, so the first of its jobs in walk
+# order is the one with the smallest entry.
+_ShapeKey = tuple[str, int, NodeConstraints]
 
 
 class Parking:
@@ -176,11 +186,16 @@ class Parking:
         self._stamp = _Stamp()
         self._cycle = 1  # the cycle running, or the next one
         self._walking = False
-        self._shapes: dict[tuple[int, NodeConstraints], _Shape] = {}
-        self._by_constraints: dict[NodeConstraints, dict[tuple[int, NodeConstraints], _Shape]] = {}
+        self._shapes: dict[_ShapeKey, _Shape] = {}
+        self._by_constraints: dict[NodeConstraints, dict[_ShapeKey, _Shape]] = {}
+        # Jobs woken as the first of their shape the bound reaches (job -> its shape): once the
+        # walk has passed one, the next of the shape is woken (``follow``).
+        self._chain: dict[JobKey, _ShapeKey] = {}
         # Capacity and quota records per line (to wake the jobs behind a blocking one).
         self._lines: dict[str, dict[JobKey, QueuedJob]] = {}
-        self._due: dict[str, SortedList] = {}
+        # Per line, a heap of (order key, seq, job, record) of the parked jobs whose explanation is
+        # stale, in walk order; entries of jobs woken since stay until popped.
+        self._due: dict[str, list[tuple[Any, ...]]] = {}
         self._fresh: list[tuple[float, int, QueuedJob, _Capacity]] = []  # by explained_at
         self._quota: dict[tuple[str, object], dict[JobKey, QueuedJob]] = {}
         self._stale: list[tuple[QueuedJob, _Quota]] = []
@@ -243,9 +258,13 @@ class Parking:
                     self._unpark(job)
         self._expire(now, report_interval)
         if generation != self._stamp.generation and budget > 0:
-            for due in list(self._due.values()):
-                for entry in due[:budget]:
-                    self._unpark(entry[-1])
+            for due in self._due.values():
+                woken = 0
+                while due and woken < budget:
+                    _, _, job, record = heapq.heappop(due)
+                    if job.park is record:
+                        self._unpark(job)
+                        woken += 1
 
     def suspend(self) -> None:
         """A cycle is about to visit every job (it cannot tell which visits are foregone):
@@ -261,6 +280,7 @@ class Parking:
         evaluated = capacity if generation != stamp.generation else 0
         stamp.generation = generation
         stamp.cycles += 1
+        self._chain.clear()  # woken jobs the walk did not reach are visited next cycle
         self._cycle = stamp.cycles + 1
         self._walking = False
         self._ledger = None
@@ -280,13 +300,13 @@ class Parking:
         entry = self.queue.entry(job)
         if entry is None:
             return False
-        key = (id(ps.request), ps.constraints)
+        key = (job.queue, id(ps.request), ps.constraints)
         shape = self._shapes.get(key)
         bound = ps.count - 1
         if room is not None and room < bound:
             bound = room
         if shape is None:
-            shape = self._shapes[key] = _Shape(key, ps.request, ps.constraints, bound, {}, [])
+            shape = self._shapes[key] = _Shape(key, ps.request, ps.constraints, bound, {}, [], {})
             self._by_constraints.setdefault(ps.constraints, {})[key] = shape
         elif bound < shape.room:
             shape.room = bound
@@ -294,8 +314,13 @@ class Parking:
         bucket = shape.jobs.get(ps.count)
         if bucket is None:
             bucket = shape.jobs[ps.count] = {}
+            shape.order[ps.count] = []
             _insort(shape.counts, ps.count)
         bucket[job.key] = job
+        order = shape.order[ps.count]
+        heapq.heappush(order, (entry[:-1], next(self._seq), job, record))
+        if len(order) > 2 * len(bucket) + 16:
+            shape.order[ps.count] = _live(order)
         self._lines.setdefault(job.queue, {})[job.key] = job
         # Parked before its heap entries are pushed: a compaction keeps only parked jobs' ones.
         self.queue.park(job, record)
@@ -307,7 +332,7 @@ class Parking:
             or job.explained_at is None
             or self._now - job.explained_at >= self._interval
         ):
-            self._make_due(record)
+            self._make_due(record, job)
         else:
             heapq.heappush(self._fresh, (job.explained_at, next(self._seq), job, record))
             if len(self._fresh) > 2 * self.capacity_parked + COMPACT_SLACK:
@@ -397,15 +422,11 @@ class Parking:
         self._nodes_gen = nodes_generation
         for job in list(self._never_fits.values()):
             self._unpark(job)
-        for line, jobs in self._lines.items():
-            entries = []
+        for jobs in self._lines.values():
             for job in jobs.values():
                 record = job.park
                 if isinstance(record, _Capacity) and not record.due:
-                    record.due = True
-                    entries.append(record.entry)
-            if entries:
-                self._due.setdefault(line, SortedList()).update(entries)
+                    self._make_due(record, job)
         self._fresh.clear()
 
     def _capacity_freed(self, cache: CapacityCache) -> None:
@@ -418,7 +439,8 @@ class Parking:
         names = cache.freed_since(since)
         if names is None:  # too long ago to know which: every bound is void
             for shape in list(self._shapes.values()):
-                self._wake_shape(shape, _NO_LIMIT)
+                shape.room = _NO_LIMIT
+                self._wake_next(shape, None)
             return
         nodes = cache.nodes
         distinct = list(dict.fromkeys(names))
@@ -430,7 +452,7 @@ class Parking:
             for shape in list(shapes.values()):
                 request = shape.request
                 # Once the bound reaches the biggest pod count parked, every job of the shape
-                # wakes (and the shape goes): counting further would change nothing.
+                # may be woken: counting further would change nothing.
                 enough = shape.counts[-1] - shape.room
                 gain = 0
                 for free in frees:
@@ -440,7 +462,7 @@ class Parking:
                 if gain:
                     shape.room += gain
                     if shape.room >= shape.counts[0]:
-                        self._wake_shape(shape, shape.room)
+                        self._wake_next(shape, None)
 
     def _quota_moved(self, ledger: QuotaLedger) -> None:
         for job, record in self._stale:
@@ -457,19 +479,64 @@ class Parking:
         while heap and now - heap[0][0] >= interval:
             _, _, job, record = heapq.heappop(heap)
             if job.park is record and not record.due:
-                self._make_due(record)
+                self._make_due(record, job)
 
-    def _make_due(self, record: _Capacity) -> None:
+    def _make_due(self, record: _Capacity, job: QueuedJob) -> None:
         record.due = True
         due = self._due.get(record.line)
         if due is None:
-            due = self._due[record.line] = SortedList()
-        due.add(record.entry)
+            due = self._due[record.line] = []
+        heapq.heappush(due, (record.entry[:-1], next(self._seq), job, record))
+        if len(due) > 2 * self.capacity_parked + COMPACT_SLACK:
+            self._due[record.line] = _live(due)
 
-    def _wake_shape(self, shape: _Shape, upto: int) -> None:
-        for count in [c for c in shape.counts if c <= upto]:
-            for job in list(shape.jobs.get(count, {}).values()):
-                self._unpark(job)
+    def _wake_next(self, shape: _Shape, walk: Walk | None) -> None:
+        """Wake the first job of the shape (in walk order) whose pod count the bound reaches,
+        and only that one: its visit either admits it (then the next one may fit too: it is
+        woken once the walk has passed this one) or runs the fit, whose room tightens the bound
+        (usually below every other job of the shape). Waking every job the bound reaches would
+        visit and park again all of them after each freed node.
+
+        Why the first is enough: the walk has already passed every parked job of the shape
+        whose count the bound reaches that comes before it in walk order (there are none at the
+        start of a walk; in the walk, each one was woken in its turn, and a job parked during
+        the walk has a count above the bound, which only falls during a walk).
+        """
+        best: tuple[Any, ...] | None = None
+        for count in shape.counts:
+            if count > shape.room:
+                break
+            order = shape.order[count]
+            while order and order[0][2].park is not order[0][3]:
+                heapq.heappop(order)
+            if order and (best is None or order[0] < best):
+                best = order[0]
+        if best is None:
+            return
+        _, _, job, record = best
+        entry = record.entry
+        self._unpark(job)
+        self._chain[job.key] = shape.key
+        if walk is not None:
+            position = walk.position(record.line)
+            if isinstance(position, _End) or (position is not None and entry <= position):
+                # Cannot happen (see above); were it to, the job is visited next cycle.
+                log.error("parking.woken_behind_walk", job="/".join(job.key))
+                return
+            walk.insert(record.line, entry)
+
+    def follow(self, walk: Walk, jobs: Iterable[QueuedJob]) -> Iterator[QueuedJob]:
+        """The walk's jobs; after each one woken as the first of its shape, the next of its
+        shape the bound reaches is woken into the walk (``_wake_next``)."""
+        chain = self._chain
+        for job in jobs:
+            yield job
+            if chain:
+                key = chain.pop(job.key, None)
+                if key is not None:
+                    shape = self._shapes.get(key)
+                    if shape is not None:
+                        self._wake_next(shape, walk)
 
     def _wake_all(self) -> None:
         for jobs in list(self._lines.values()):
@@ -505,6 +572,7 @@ class Parking:
             del bucket[job.key]
             if not bucket:
                 del shape.jobs[record.count]
+                del shape.order[record.count]
                 shape.counts.remove(record.count)
                 if not shape.jobs:
                     del self._shapes[shape.key]
@@ -512,11 +580,6 @@ class Parking:
                     del shapes[shape.key]
                     if not shapes:
                         del self._by_constraints[shape.constraints]
-            if record.due:
-                due = self._due[record.line]
-                due.remove(record.entry)
-                if not due:
-                    del self._due[record.line]
             self.capacity_parked -= 1
             if new:
                 self._new_capacity -= 1

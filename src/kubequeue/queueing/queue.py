@@ -131,6 +131,10 @@ class JobQueue:
         self._lines: dict[str, SortedList] = {}
         # Per line, the entries of the jobs that are not parked: what the admission walk visits.
         self._active: dict[str, SortedList] = {}
+        # Per line, jobs parked since ``active`` last ran whose entries are still in ``_active``:
+        # taking them out one by one costs a sorted-list removal each (a cycle that parks a
+        # whole queue of 100,000), so ``active`` filters them out in one pass instead.
+        self._leaving: dict[str, set[JobKey]] = {}
         # job -> (its entry, the line it is in)
         self._jobs: dict[JobKey, tuple[tuple[Any, ...], str]] = {}
         # Told when a parked job wakes because it changed or left (before the change), so
@@ -183,16 +187,20 @@ class JobQueue:
         ordered = self._lines[line]
         ordered.remove(entry)
         self._active[line].discard(entry)
+        leaving = self._leaving.get(line)
+        if leaving is not None:
+            leaving.discard(entry[-1].key)
         if not ordered:
             del self._lines[line]
             del self._active[line]
+            self._leaving.pop(line, None)
 
     # ----------------------------------------------------------------- parking
     def park(self, job: QueuedJob, record: Parked) -> None:
         """Leave the job out of the admission walk (``active``) until ``unpark``."""
-        entry, line = self._jobs[job.key]
+        line = self._jobs[job.key][1]
         if job.park is None:
-            self._active[line].remove(entry)
+            self._leaving.setdefault(line, set()).add(job.key)
         job.park = record
 
     def unpark(self, job: QueuedJob) -> tuple[Any, ...] | None:
@@ -204,8 +212,17 @@ class JobQueue:
             return None
         job._failed_at = record.failed_at(job._failed_at)
         job.park = None
-        self._active[found[1]].add(found[0])
+        self._back(job.key, found)
         return found[0]
+
+    def _back(self, key: JobKey, found: tuple[tuple[Any, ...], str]) -> None:
+        """An unparked job's entry into its line's active entries (unless still there)."""
+        entry, line = found
+        leaving = self._leaving.get(line)
+        if leaving is not None and key in leaving:
+            leaving.discard(key)
+        else:
+            self._active[line].add(entry)
 
     def _wake(self, job: QueuedJob) -> None:
         if self.on_wake is not None:
@@ -216,7 +233,7 @@ class JobQueue:
             job.park = None
             found = self._jobs.get(job.key)
             if found is not None and found[0][-1] is job:
-                self._active[found[1]].add(found[0])
+                self._back(job.key, found)
 
     def wake_all(self) -> None:
         """Every parked job back into the walk, without telling ``on_wake`` (whoever parked
@@ -229,7 +246,13 @@ class JobQueue:
     def active(self, line: str) -> list[tuple[Any, ...]]:
         """A snapshot of the entries of one line's jobs that are not parked, in order."""
         found = self._active.get(line)
-        return list(found) if found is not None else []
+        if found is None:
+            return []
+        if self._leaving.pop(line, None):
+            kept = [entry for entry in found if entry[-1].park is None]
+            self._active[line] = SortedList(kept)
+            return kept
+        return list(found)
 
     def last(self, line: str) -> tuple[Any, ...] | None:
         """The last entry of a line, parked or not."""
