@@ -124,6 +124,7 @@ def core_run(
     out["queued"] = len(h.queue)
 
     # ---- the first cycle sees every queued job at once (cold start / failover)
+    h.synced()
     started = clock()
     first = h.run_cycle()
     out["first_cycle_s"] = clock() - started
@@ -236,6 +237,7 @@ def memory_run(sizes: Sizes, *, trace: bool) -> dict[str, float]:
     for w in cluster.queued_jobs():
         h.feed_jobs([cluster.job_line(w, suspend=True)])
     del cluster
+    h.synced()
     h.run_cycle()
     gc.collect()
     out = {

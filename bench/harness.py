@@ -84,6 +84,11 @@ class Harness:
         if trace is not None:
             self.cycle._clock = lambda: self._tick
 
+    def synced(self) -> None:
+        """Every object of the initial state is in: what the controller does once its informers
+        have listed (``Controller.synced``: ready, and the heap frozen out of the collector)."""
+        self.controller.synced()
+
     def run_cycle(self) -> CycleResult:
         """One admission cycle, as the admission loop runs it."""
         if self.trace is None:

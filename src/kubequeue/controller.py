@@ -16,6 +16,7 @@ renewal never waits for a connection held by a watch or an admission write.
 
 from __future__ import annotations
 
+import gc
 import signal
 from pathlib import Path
 from typing import Any
@@ -237,14 +238,7 @@ class Controller:
             # later, but there is no reason to start from it).
             for informer in self.informers:
                 await tg.start(informer.run, name=f"informer-{informer.name}")
-            self.ready = True
-            log.info(
-                "controller.synced",
-                nodes=len(self.cache.nodes),
-                pods=self.cache.pod_count,
-                queued=len(self.queue),
-                holding=len(self.reservations),
-            )
+            self.synced()
             if s.leader_elect:
                 elector = LeaderElector(
                     self.client.lease,
@@ -258,6 +252,24 @@ class Controller:
                 tg.start_soon(elector.run, self._lead, name="leader-election")
             else:
                 tg.start_soon(self._lead, name="leading")
+
+    def synced(self) -> None:
+        """Every informer has listed: the controller is ready, and what it holds now (every
+        node, pod and queued job: nearly all of its heap) is frozen out of the cyclic garbage
+        collector. Those objects live until their watch says they are gone and are then freed
+        by reference counting; left in the collector, each full collection would walk all of
+        them again (at 20,000 nodes and 100,000 queued jobs about a second, landing in
+        whichever admission cycle allocated last)."""
+        self.ready = True
+        gc.freeze()
+        log.info(
+            "controller.synced",
+            nodes=len(self.cache.nodes),
+            pods=self.cache.pod_count,
+            queued=len(self.queue),
+            holding=len(self.reservations),
+            frozen_objects=gc.get_freeze_count(),
+        )
 
     async def _lead(self) -> None:
         """What only the leader does: admit, and write Queue status."""
