@@ -429,8 +429,9 @@ def check(
     ops: list[tuple[Any, ...]],
 ) -> None:
     worlds = [World(dict(config, teams=list(config["teams"])), on) for on in (True, False)]
-    slack = parking.COMPACT_SLACK
-    parking.COMPACT_SLACK = 0  # compact the heaps at every push (as with many parked jobs)
+    slack, factor = parking.COMPACT_SLACK, parking.COMPACT_FACTOR
+    # Compact the heaps at every push (as they are, now and then, with many parked jobs).
+    parking.COMPACT_SLACK = parking.COMPACT_FACTOR = 0
     try:
         for w in worlds:
             for op in [*nodes, *jobs]:
@@ -441,7 +442,7 @@ def check(
                 parked, reference = outcomes
                 assert parked == reference, (step, op)
     finally:
-        parking.COMPACT_SLACK = slack
+        parking.COMPACT_SLACK, parking.COMPACT_FACTOR = slack, factor
 
 
 @settings(

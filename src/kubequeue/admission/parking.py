@@ -15,9 +15,13 @@ as something could make it otherwise. Kinds:
   cluster (from the fit that failed, or the job's own count minus one). A node's free capacity
   only grows through an event the cache logs (``freed_since``), so at the start of each cycle
   the bound grows by the copies that fit *now* on the nodes freed since (a new or changed node
-  is logged too; only nodes the shape's constraints allow count), and jobs whose pod count the
-  bound reaches wake. Admissions only take capacity, so the bound stays one for the rest of the
-  cycle.
+  is logged too; only nodes the shape's constraints allow count). Of the jobs whose pod count
+  the bound reaches, only the first in walk order wakes; once the walk has passed it, the next
+  one (by then its visit has either admitted it or run the fit, which sets the bound to the
+  room it found: usually below every job left). So a freed node wakes a handful of jobs per
+  shape, not every job it might help. Admissions only take capacity, so the bound stays one for
+  the rest of the cycle. Shapes are per line: the first job of a shape in walk order is then the
+  one with the smallest order key.
 - quota: its queue refused it at a ledger version (``QuotaLedger.version``); it wakes when that
   version moves, also in the middle of a walk (after an admission or a preemption attempt):
   then the jobs the walk has not reached yet go back into it, as they would be evaluated.
@@ -66,7 +70,9 @@ __all__ = ["END", "Parking", "Position"]
 log = structlog.get_logger(__name__)
 
 _NO_LIMIT = sys.maxsize
-# Entries of woken jobs a heap may hold beyond twice the parked jobs before it is compacted.
+# A heap is compacted (entries of woken jobs dropped) once it holds more than COMPACT_FACTOR
+# times the parked jobs it is for, plus COMPACT_SLACK (tests set both to 0: compact at every push).
+COMPACT_FACTOR = 2
 COMPACT_SLACK = 1024
 
 
@@ -317,13 +323,13 @@ class Parking:
             shape.order[ps.count] = []
             _insort(shape.counts, ps.count)
         bucket[job.key] = job
-        order = shape.order[ps.count]
-        heapq.heappush(order, (entry[:-1], next(self._seq), job, record))
-        if len(order) > 2 * len(bucket) + 16:
-            shape.order[ps.count] = _live(order)
         self._lines.setdefault(job.queue, {})[job.key] = job
         # Parked before its heap entries are pushed: a compaction keeps only parked jobs' ones.
         self.queue.park(job, record)
+        order = shape.order[ps.count]
+        heapq.heappush(order, (entry[:-1], next(self._seq), job, record))
+        if len(order) > COMPACT_FACTOR * len(bucket) + COMPACT_SLACK:
+            shape.order[ps.count] = _live(order)
         self.capacity_parked += 1
         self._new_capacity += 1
         if (
@@ -335,7 +341,7 @@ class Parking:
             self._make_due(record, job)
         else:
             heapq.heappush(self._fresh, (job.explained_at, next(self._seq), job, record))
-            if len(self._fresh) > 2 * self.capacity_parked + COMPACT_SLACK:
+            if len(self._fresh) > COMPACT_FACTOR * self.capacity_parked + COMPACT_SLACK:
                 self._fresh = _live(self._fresh)
         self._starve_later(job, record)
         return True
@@ -380,7 +386,10 @@ class Parking:
         if self._starved_before is not None:
             item = (job.created_epoch, next(self._seq), job, record)
             heapq.heappush(self._starving, item)
-            if len(self._starving) > 2 * (self.capacity_parked + self.quota_parked) + COMPACT_SLACK:
+            if (
+                len(self._starving)
+                > COMPACT_FACTOR * (self.capacity_parked + self.quota_parked) + COMPACT_SLACK
+            ):
                 self._starving = _live(self._starving)
 
     # ----------------------------------------------------------------- waking (in the walk)
@@ -487,7 +496,7 @@ class Parking:
         if due is None:
             due = self._due[record.line] = []
         heapq.heappush(due, (record.entry[:-1], next(self._seq), job, record))
-        if len(due) > 2 * self.capacity_parked + COMPACT_SLACK:
+        if len(due) > COMPACT_FACTOR * self.capacity_parked + COMPACT_SLACK:
             self._due[record.line] = _live(due)
 
     def _wake_next(self, shape: _Shape, walk: Walk | None) -> None:
