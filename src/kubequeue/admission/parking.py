@@ -73,6 +73,9 @@ _NO_LIMIT = sys.maxsize
 # A heap is compacted (entries of woken jobs dropped) once it holds more than COMPACT_FACTOR
 # times the parked jobs it is for, plus COMPACT_SLACK (tests set both to 0: compact at every push).
 COMPACT_FACTOR = 2
+# Freed nodes beyond which a cycle does not count what each shape gains on them (as the cycle's
+# own shortcuts stop at _FREED_CHECK_MAX).
+FREED_COUNT_MAX = 256
 COMPACT_SLACK = 1024
 
 
@@ -446,20 +449,33 @@ class Parking:
         if since is None or since == cache.freed_generation or not self._shapes:
             return
         names = cache.freed_since(since)
-        if names is None:  # too long ago to know which: every bound is void
+        distinct = list(dict.fromkeys(names)) if names is not None else None
+        if distinct is None or len(distinct) > FREED_COUNT_MAX:
+            # Too long ago to know which nodes, or so many that counting the copies of every
+            # shape on them costs more than the fits it would spare: every bound is void, and
+            # the first job of each shape runs the fit (which sets the bound again).
             for shape in list(self._shapes.values()):
                 shape.room = _NO_LIMIT
                 self._wake_next(shape, None)
             return
         nodes = cache.nodes
-        distinct = list(dict.fromkeys(names))
         for constraints, shapes in list(self._by_constraints.items()):
             feasible = cache.feasible(constraints)
             frees = [nodes[name].free for name in distinct if name in feasible]
             if not frees:
                 continue
+            # Per resource, the most any of these nodes has free: a shape asking more of one
+            # gains nothing here, known without trying each node (most shapes, when small pods
+            # end).
+            peak: dict[str, int] = {}
+            for free in frees:
+                for name, amount in free.items():
+                    if amount > peak.get(name, 0):
+                        peak[name] = amount
             for shape in list(shapes.values()):
                 request = shape.request
+                if any(amount > peak.get(name, 0) for name, amount in request.items()):
+                    continue
                 # Once the bound reaches the biggest pod count parked, every job of the shape
                 # may be woken: counting further would change nothing.
                 enough = shape.counts[-1] - shape.room
