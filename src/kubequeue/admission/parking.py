@@ -131,7 +131,11 @@ class _Capacity(_Record):
         shape: _Shape,
         count: int,
     ) -> None:
-        super().__init__(line, entry, cycle)
+        # (The base's three fields set here, not through super().__init__: one call less per
+        # parked job, and a first cycle parks every job of the queue.)
+        self.line = line
+        self.entry = entry
+        self.cycle = cycle
         self.stamp = stamp
         self.shape = shape
         self.count = count
@@ -177,9 +181,9 @@ class _Shape:
     order: dict[int, list[tuple[Any, ...]]]
 
 
-# (line, pod request, node constraints): a shape is per line, so the first of its jobs in walk
-# order is the one with the smallest entry.
-_ShapeKey = tuple[str, int, NodeConstraints]
+# (line, the cycle's shape id: pod request and node constraints): a shape is per line, so the
+# first of its jobs in walk order is the one with the smallest entry.
+_ShapeKey = tuple[str, int]
 
 
 class Parking:
@@ -305,11 +309,14 @@ class Parking:
         pod_sets = job.pod_sets
         if len(pod_sets) != 1 or pod_sets[0].count <= 0:
             return False
+        memo = job.shape  # set by the visit that found it does not fit
+        if memo is None or memo[0] is not pod_sets:
+            return False
         ps = pod_sets[0]
         entry = self.queue.entry(job)
         if entry is None:
             return False
-        key = (job.queue, id(ps.request), ps.constraints)
+        key = (job.queue, memo[1])
         shape = self._shapes.get(key)
         bound = ps.count - 1
         if room is not None and room < bound:
