@@ -3,7 +3,9 @@
 0. relocate: move reservations off nodes that cannot take them (capacity/reservations.py);
    what cannot be moved is a debt (``Reservations.debt``): while there is one, a job is
    admitted only if the cluster's free capacity, less the debt, still covers all of it;
-1. heads:    walk queued jobs in order (priority, age, name), skipping those in flight;
+1. heads:    walk queued jobs in order (priority, age, name), skipping those in flight; jobs
+             whose visit is known to change nothing are parked out of the walk and counted
+             in bulk (admission/parking.py), so a cycle costs what changed;
 2. skip:     jobs with bad input, and jobs that already failed at this capacity generation
              (nothing was freed since, so the answer cannot change);
 3. fit:      simulate gang placement on current free capacity (capacity/fit.py), unless it is
