@@ -89,6 +89,11 @@ class Harness:
         have listed (``Controller.synced``: ready, and the heap frozen out of the collector)."""
         self.controller.synced()
 
+    def settle(self) -> None:
+        """What the admission loop does while it waits for the next change: make the parks the
+        last cycle decided (admission/parking.py)."""
+        self.cycle.settle()
+
     def run_cycle(self) -> CycleResult:
         """One admission cycle, as the admission loop runs it."""
         if self.trace is None:

@@ -174,6 +174,9 @@ class World:
         cache = tracker.cache
         if kind == "cycle":
             return self.run_cycle()
+        if kind == "settle":  # the admission loop's idle time: a slice of the parks decided
+            self.cycle.settle(op[1])
+            return None
         if kind == "submit":
             _, i, ns, gpus, pods, prio, zone, second, label = op
             name = f"j{i:02d}"
@@ -387,6 +390,7 @@ op_st = st.one_of(
     st.just(("cycle",)),
     st.just(("cycle",)),
     st.just(("cycle",)),
+    st.tuples(st.just("settle"), st.integers(1, 3)),
     submit_st,
     submit_st,
     st.tuples(st.just("touch"), st.integers(0, 24)),

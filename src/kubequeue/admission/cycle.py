@@ -273,6 +273,17 @@ class AdmissionCycle:
         self._note_blocking(blocked)
         return result
 
+    @property
+    def unsettled(self) -> int:
+        """Parks the last cycle decided and has not made yet (admission/parking.py)."""
+        return self._parking.unsettled if self._parking is not None else 0
+
+    def settle(self, limit: int | None = None) -> None:
+        """Make (up to ``limit`` of) them: the loop does this while it waits for a change; the
+        next cycle makes the rest first."""
+        if self._parking is not None:
+            self._parking.settle(limit)
+
     def _lines_info(self, tree: QueueTree) -> Callable[[str], _Line]:
         """Per queue, what the walk asks of it for every job (strategy, preemption policy),
         looked up once per cycle."""

@@ -60,6 +60,9 @@ __all__ = ["AdmissionLoop"]
 
 log = structlog.get_logger(__name__)
 
+# Jobs parked per slice between cycles (about 10 ms of the loop's time each).
+SETTLE_SLICE = 2000
+
 
 class AdmissionLoop:
     def __init__(
@@ -138,6 +141,12 @@ class AdmissionLoop:
                 self._update_gauges()
                 # Let informers run between cycles even under a constant stream of wake-ups.
                 await anyio.lowlevel.checkpoint()
+                # Park what the cycle found waiting in vain while nothing else needs the loop
+                # (after a start-up, the whole queue), a slice at a time so the writes just
+                # started and the informers go on; a change cuts it short.
+                while self.cycle.unsettled and not self._wakeup.is_set():
+                    self.cycle.settle(SETTLE_SLICE)
+                    await anyio.lowlevel.checkpoint()
 
     async def _admit(
         self, admission: Admission, limiter: anyio.CapacityLimiter, resumed: bool = False

@@ -196,6 +196,11 @@ class Parking:
         again)."""
         self.queue.wake_all()
         self.queue.on_wake = self._forget
+        # Capacity parks the walk decided, made after it (``settle``), in the order decided:
+        # job -> (job, room, nodes generation) as park_capacity was called. A job that changes
+        # or leaves meanwhile drops out (it is judged again).
+        self._pending: dict[JobKey, tuple[QueuedJob, int | None, int]] = {}
+        self.queue.on_change = self._changed
         self._stamp = _Stamp()
         self._cycle = 1  # the cycle running, or the next one
         self._walking = False
@@ -249,6 +254,7 @@ class Parking:
         """Before the walk: wake every parked job whose visit this cycle might differ from the
         one recorded. ``setting`` covers what decides which lines may park at all (the Queue
         tree, the implicit queue's strategy and preemption, the starvation guard)."""
+        self.settle()  # what the last walk decided to park, as it would be at its end
         self._walking = True
         self._cycle = self._stamp.cycles + 1
         self._new_capacity = self._new_quota = 0
@@ -300,10 +306,61 @@ class Parking:
         return evaluated, capacity + quota
 
     # ----------------------------------------------------------------- parking (in the walk)
-    def park_capacity(self, job: QueuedJob, room: int | None, nodes_generation: int) -> bool:
+    def park_capacity(self, job: QueuedJob, room: int | None, nodes_generation: int) -> None:
         """The job was visited and does not fit (in a line that may park): out of the walk
         while its shape's room stays below its pod count. ``room``: a bound on the pods of its
-        shape that fit now, if known."""
+        shape that fit now, if known.
+
+        In a walk the job is only noted (and its shape's bound lowered at once, which is what
+        keeps the walk from waking the rest of the shape); the bookkeeping is done by
+        ``settle``, which the admission loop runs while it waits for the next change (and the
+        next cycle runs first in any case). A first cycle after start-up or failover parks the
+        whole queue: its admissions are not held up by that."""
+        if self._walking:
+            pod_sets = job.pod_sets
+            memo = job.shape
+            if len(pod_sets) == 1 and memo is not None and memo[0] is pod_sets:
+                shape = self._shapes.get((job.queue, memo[1]))
+                if shape is not None:
+                    bound = pod_sets[0].count - 1
+                    if room is not None and room < bound:
+                        bound = room
+                    if bound < shape.room:
+                        shape.room = bound
+            self._pending[job.key] = (job, room, nodes_generation)
+            return
+        self._park_capacity(job, room, nodes_generation)
+
+    @property
+    def unsettled(self) -> int:
+        """Capacity parks decided by the last walk and not made yet."""
+        return len(self._pending)
+
+    def settle(self, limit: int | None = None) -> None:
+        """Make the capacity parks the last walk decided (at most ``limit`` of them). Exactly
+        what parking them at the end of that walk would have done: nothing a later cycle
+        decides has run since, and a job that changed or left meanwhile is not parked."""
+        pending = self._pending
+        if not pending:
+            return
+        if limit is None or limit >= len(pending):
+            batch = list(pending.values())
+            pending.clear()
+        else:
+            batch = [pending.pop(key) for key in list(itertools.islice(pending, limit))]
+        # The records are the last walk's (its cycle number): for the next cycle they are parked
+        # jobs like any other, counted in bulk and not as parked by that cycle.
+        cycle, self._cycle = self._cycle, self._stamp.cycles
+        try:
+            for job, room, nodes_generation in batch:
+                self._park_capacity(job, room, nodes_generation)
+        finally:
+            self._cycle = cycle
+
+    def _changed(self, key: JobKey) -> None:
+        self._pending.pop(key, None)
+
+    def _park_capacity(self, job: QueuedJob, room: int | None, nodes_generation: int) -> bool:
         if not self._may_park(job):
             return False
         pod_sets = job.pod_sets

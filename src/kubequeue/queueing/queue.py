@@ -140,6 +140,9 @@ class JobQueue:
         # Told when a parked job wakes because it changed or left (before the change), so
         # whoever parked it can forget it.
         self.on_wake: Callable[[QueuedJob], None] | None = None
+        # Told when a job already queued is handed in again or removed, parked or not (a park
+        # decided but not made yet must not be made for what changed).
+        self.on_change: Callable[[JobKey], None] | None = None
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -156,6 +159,8 @@ class JobQueue:
         line = job.queue
         old = self._jobs.get(job.key)
         if old is not None:
+            if self.on_change is not None:
+                self.on_change(job.key)
             if old[0][-1].park is not None:
                 self._wake(old[0][-1])  # whatever changed, it is judged again
             if old[0][-1] is job and old[0] == entry and old[1] == line:
@@ -175,6 +180,8 @@ class JobQueue:
         old = self._jobs.get(key)
         if old is None:
             return None
+        if self.on_change is not None:
+            self.on_change(key)
         job: QueuedJob = old[0][-1]
         if job.park is not None:
             self._wake(job)
