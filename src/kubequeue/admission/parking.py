@@ -118,6 +118,18 @@ class _Record(Parked):
         self.entry = entry
         self.cycle = cycle  # the cycle that parked it
 
+    def __lt__(self, other: _Record) -> bool:
+        """Walk order, so heaps hold the records themselves (a tuple per heap entry would cost
+        about 200 bytes per parked job). The job at the end of the entries is not compared:
+        equal order keys are the same job, of which at most one record is live."""
+        return self.entry[:-1] < other.entry[:-1]
+
+    @property
+    def live(self) -> bool:
+        """Whether its job is still parked by it (heaps keep records of woken jobs until they
+        are popped or compacted away)."""
+        return self.entry[-1].park is self
+
 
 class _Capacity(_Record):
     __slots__ = ("count", "due", "shape", "stamp")
@@ -174,11 +186,13 @@ class _Shape:
     request: Resources
     constraints: NodeConstraints
     room: int
-    jobs: dict[int, dict[JobKey, QueuedJob]]  # pod count -> parked jobs
+    # pod count -> how many jobs of it are parked (a count per bucket, not a dict of its jobs:
+    # about a thousand shapes with a few counts each would hold that many small dicts)
+    jobs: dict[int, int]
     counts: list[int]  # the pod counts present, ascending
-    # pod count -> (order key, seq, job, record) heaps, to find the first parked job of a count in
-    # walk order; entries of jobs woken since stay until popped (``job.park is not record``).
-    order: dict[int, list[tuple[Any, ...]]]
+    # pod count -> heap of the records, to find the first parked job of a count in walk order;
+    # records of jobs woken since stay until popped (``not record.live``).
+    order: dict[int, list[_Capacity]]
 
 
 # (line, the cycle's shape id: pod request and node constraints): a shape is per line, so the
@@ -211,15 +225,14 @@ class Parking:
         self._chain: dict[JobKey, _ShapeKey] = {}
         # Capacity and quota records per line (to wake the jobs behind a blocking one).
         self._lines: dict[str, dict[JobKey, QueuedJob]] = {}
-        # Per line, a heap of (order key, seq, job, record) of the parked jobs whose explanation is
+        # Per line, a heap of the records of the parked jobs whose explanation is
         # stale, in walk order; entries of jobs woken since stay until popped.
-        self._due: dict[str, list[tuple[Any, ...]]] = {}
-        self._fresh: list[tuple[float, int, QueuedJob, _Capacity]] = []  # by explained_at
+        self._due: dict[str, list[_Capacity]] = {}
+        self._fresh: list[tuple[float, _Capacity]] = []  # by explained_at
         self._quota: dict[tuple[str, object], dict[JobKey, QueuedJob]] = {}
         self._stale: list[tuple[QueuedJob, _Quota]] = []
-        self._starving: list[tuple[float, int, QueuedJob, _Record]] = []  # by created_epoch
+        self._starving: list[tuple[float, _Record]] = []  # by created_epoch
         self._never_fits: dict[JobKey, QueuedJob] = {}
-        self._seq = itertools.count()
         self.capacity_parked = 0
         self.quota_parked = 0
         self.silent = 0
@@ -272,17 +285,17 @@ class Parking:
         if starved_before is not None:
             heap = self._starving
             while heap and heap[0][0] < starved_before:
-                _, _, job, record = heapq.heappop(heap)
-                if job.park is record:
-                    self._unpark(job)
+                record = heapq.heappop(heap)[1]
+                if record.live:
+                    self._unpark(record.entry[-1])
         self._expire(now, report_interval)
         if generation != self._stamp.generation and budget > 0:
             for due in self._due.values():
                 woken = 0
                 while due and woken < budget:
-                    _, _, job, record = heapq.heappop(due)
-                    if job.park is record:
-                        self._unpark(job)
+                    record = heapq.heappop(due)
+                    if record.live:
+                        self._unpark(record.entry[-1])
                         woken += 1
 
     def suspend(self) -> None:
@@ -384,18 +397,18 @@ class Parking:
         elif bound < shape.room:
             shape.room = bound
         record = _Capacity(job.queue, entry, self._cycle, self._stamp, shape, ps.count)
-        bucket = shape.jobs.get(ps.count)
-        if bucket is None:
-            bucket = shape.jobs[ps.count] = {}
+        parked = shape.jobs.get(ps.count)
+        if parked is None:
+            parked = 0
             shape.order[ps.count] = []
             _insort(shape.counts, ps.count)
-        bucket[job.key] = job
+        shape.jobs[ps.count] = parked = parked + 1
         self._lines.setdefault(job.queue, {})[job.key] = job
         # Parked before its heap entries are pushed: a compaction keeps only parked jobs' ones.
         self.queue.park(job, record)
         order = shape.order[ps.count]
-        heapq.heappush(order, (entry[:-1], next(self._seq), job, record))
-        if len(order) > COMPACT_FACTOR * len(bucket) + COMPACT_SLACK:
+        heapq.heappush(order, record)
+        if len(order) > COMPACT_FACTOR * parked + COMPACT_SLACK:
             shape.order[ps.count] = _live(order)
         self.capacity_parked += 1
         self._new_capacity += 1
@@ -407,7 +420,7 @@ class Parking:
         ):
             self._make_due(record, job)
         else:
-            heapq.heappush(self._fresh, (job.explained_at, next(self._seq), job, record))
+            heapq.heappush(self._fresh, (job.explained_at, record))
             if len(self._fresh) > COMPACT_FACTOR * self.capacity_parked + COMPACT_SLACK:
                 self._fresh = _live(self._fresh)
         self._starve_later(job, record)
@@ -451,8 +464,7 @@ class Parking:
 
     def _starve_later(self, job: QueuedJob, record: _Record) -> None:
         if self._starved_before is not None:
-            item = (job.created_epoch, next(self._seq), job, record)
-            heapq.heappush(self._starving, item)
+            heapq.heappush(self._starving, (job.created_epoch, record))
             if (
                 len(self._starving)
                 > COMPACT_FACTOR * (self.capacity_parked + self.quota_parked) + COMPACT_SLACK
@@ -566,16 +578,16 @@ class Parking:
         """Explanations that went stale since: their jobs are due."""
         heap = self._fresh
         while heap and now - heap[0][0] >= interval:
-            _, _, job, record = heapq.heappop(heap)
-            if job.park is record and not record.due:
-                self._make_due(record, job)
+            record = heapq.heappop(heap)[1]
+            if record.live and not record.due:
+                self._make_due(record, record.entry[-1])
 
     def _make_due(self, record: _Capacity, job: QueuedJob) -> None:
         record.due = True
         due = self._due.get(record.line)
         if due is None:
             due = self._due[record.line] = []
-        heapq.heappush(due, (record.entry[:-1], next(self._seq), job, record))
+        heapq.heappush(due, record)
         if len(due) > COMPACT_FACTOR * self.capacity_parked + COMPACT_SLACK:
             self._due[record.line] = _live(due)
 
@@ -591,19 +603,19 @@ class Parking:
         start of a walk; in the walk, each one was woken in its turn, and a job parked during
         the walk has a count above the bound, which only falls during a walk).
         """
-        best: tuple[Any, ...] | None = None
+        record: _Capacity | None = None
         for count in shape.counts:
             if count > shape.room:
                 break
             order = shape.order[count]
-            while order and order[0][2].park is not order[0][3]:
+            while order and not order[0].live:
                 heapq.heappop(order)
-            if order and (best is None or order[0] < best):
-                best = order[0]
-        if best is None:
+            if order and (record is None or order[0] < record):
+                record = order[0]
+        if record is None:
             return
-        _, _, job, record = best
         entry = record.entry
+        job = entry[-1]
         self._unpark(job)
         self._chain[job.key] = shape.key
         if walk is not None:
@@ -657,9 +669,9 @@ class Parking:
             del self._lines[record.line]
         if isinstance(record, _Capacity):
             shape = record.shape
-            bucket = shape.jobs[record.count]
-            del bucket[job.key]
-            if not bucket:
+            left = shape.jobs[record.count] - 1
+            shape.jobs[record.count] = left
+            if not left:
                 del shape.jobs[record.count]
                 del shape.order[record.count]
                 shape.counts.remove(record.count)
@@ -690,7 +702,7 @@ class Parking:
 def _live(heap: list[Any]) -> list[Any]:
     """The heap without the entries of jobs woken since (they are skipped when popped; this
     keeps them from piling up while they wait for their turn)."""
-    kept = [item for item in heap if item[2].park is item[3]]
+    kept = [item for item in heap if (item if isinstance(item, _Record) else item[1]).live]
     heapq.heapify(kept)
     return kept
 
