@@ -449,24 +449,26 @@ def check(
         parking.COMPACT_SLACK, parking.COMPACT_FACTOR = slack, factor
 
 
-@settings(
-    max_examples=600,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    config=config_st,
-    nodes=st.lists(node_st, min_size=2, max_size=6),
-    jobs=st.lists(submit_st, min_size=5, max_size=40),
-    ops=st.lists(op_st, min_size=30, max_size=120),
-)
-def test_parking_never_changes_what_a_cycle_decides(
-    config: dict[str, Any],
-    nodes: list[tuple[Any, ...]],
-    jobs: list[tuple[Any, ...]],
-    ops: list[tuple[Any, ...]],
-) -> None:
-    check(config, nodes, jobs, ops)
+def worlds(config: st.SearchStrategy[Any], ops: st.SearchStrategy[Any]) -> Any:
+    """What ``check`` takes: a configuration, nodes, queued jobs, then random events."""
+    return st.tuples(
+        config,
+        st.lists(node_st, min_size=2, max_size=6),
+        st.lists(submit_st, min_size=5, max_size=40),
+        st.lists(ops, min_size=30, max_size=120),
+    )
+
+
+SLOW = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+
+
+@settings(max_examples=600, **SLOW)
+@given(worlds(config_st, op_st))
+def test_parking_never_changes_what_a_cycle_decides(world: tuple[Any, ...]) -> None:
+    check(*world)
 
 
 # Queues whose quotas refuse often, and events that free and take capacity: jobs are parked for
@@ -509,24 +511,10 @@ quota_op_st = st.one_of(
 )
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    config=quota_config_st,
-    nodes=st.lists(node_st, min_size=2, max_size=6),
-    jobs=st.lists(submit_st, min_size=5, max_size=40),
-    ops=st.lists(quota_op_st, min_size=30, max_size=120),
-)
-def test_parking_for_quota_never_changes_what_a_cycle_decides(
-    config: dict[str, Any],
-    nodes: list[tuple[Any, ...]],
-    jobs: list[tuple[Any, ...]],
-    ops: list[tuple[Any, ...]],
-) -> None:
-    check(config, nodes, jobs, ops)
+@settings(max_examples=300, **SLOW)
+@given(worlds(quota_config_st, quota_op_st))
+def test_parking_for_quota_never_changes_what_a_cycle_decides(world: tuple[Any, ...]) -> None:
+    check(*world)
 
 
 def test_a_quota_parked_job_the_walk_has_not_reached_is_judged_again_after_an_admission() -> None:
