@@ -465,7 +465,7 @@ SLOW = {
 }
 
 
-@settings(max_examples=600, **SLOW)
+@settings(max_examples=400, **SLOW)
 @given(worlds(config_st, op_st))
 def test_parking_never_changes_what_a_cycle_decides(world: tuple[Any, ...]) -> None:
     check(*world)
@@ -511,7 +511,7 @@ quota_op_st = st.one_of(
 )
 
 
-@settings(max_examples=300, **SLOW)
+@settings(max_examples=200, **SLOW)
 @given(worlds(quota_config_st, quota_op_st))
 def test_parking_for_quota_never_changes_what_a_cycle_decides(world: tuple[Any, ...]) -> None:
     check(*world)
