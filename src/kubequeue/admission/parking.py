@@ -335,11 +335,7 @@ class Parking:
             if len(pod_sets) == 1 and memo is not None and memo[0] is pod_sets:
                 shape = self._shapes.get((job.queue, memo[1]))
                 if shape is not None:
-                    bound = pod_sets[0].count - 1
-                    if room is not None and room < bound:
-                        bound = room
-                    if bound < shape.room:
-                        shape.room = bound
+                    shape.room = min(shape.room, _bound(pod_sets[0].count, room))
             self._pending[job.key] = (job, room, nodes_generation)
             return
         self._park_capacity(job, room, nodes_generation)
@@ -388,9 +384,7 @@ class Parking:
             return False
         key = (job.queue, memo[1])
         shape = self._shapes.get(key)
-        bound = ps.count - 1
-        if room is not None and room < bound:
-            bound = room
+        bound = _bound(ps.count, room)
         if shape is None:
             shape = self._shapes[key] = _Shape(key, ps.request, ps.constraints, bound, {}, [], {})
             self._by_constraints.setdefault(ps.constraints, {})[key] = shape
@@ -697,6 +691,12 @@ class Parking:
         """Every capacity- and quota-parked job (for tests and debugging)."""
         for jobs in self._lines.values():
             yield from jobs.values()
+
+
+def _bound(count: int, room: int | None) -> int:
+    """How many pods of its shape fit at most, as a visit that did not fit a job of ``count``
+    pods proves: fewer than its count, and no more than the room its fit found, if known."""
+    return count - 1 if room is None or room >= count - 1 else room
 
 
 def _live(heap: list[Any]) -> list[Any]:
