@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import socket
 from typing import Any
 
@@ -251,6 +252,21 @@ async def test_the_writer_patches_with_a_precondition_and_reads_with_list_only()
         assert await writer.read(client, info, "default", "missing") is None
     # Only list (a GET on the collection), never a GET on the object: RBAC grants no "get".
     assert ("GET", PATH) not in api.requests
+
+
+def test_a_write_body_never_aliases_the_kind_patch_it_is_built_from() -> None:
+    """Kinds' patches are shared between jobs: building one job's body must leave the shared
+    patch as it was (a resourceVersion or annotation of one job leaking into the next one's)."""
+    patch = {"metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "false"}},
+             "spec": {"runPolicy": {"suspend": False}}}
+    before = json.dumps(patch, sort_keys=True)
+    body = writer.admission_body(patch, "42", "2026-12-04T00:00:00Z")
+    assert json.dumps(patch, sort_keys=True) == before
+    assert body["metadata"]["resourceVersion"] == "42"
+    assert body["metadata"]["annotations"] == {
+        "scheduling.x-k8s.io/suspend": "false", ADMITTED_AT: "2026-12-04T00:00:00Z"}
+    body["spec"]["runPolicy"]["suspend"] = True  # a later edit of the body stays in the body
+    assert json.dumps(patch, sort_keys=True) == before
 
 
 async def test_the_rate_limit_lets_a_burst_through_then_paces_requests() -> None:

@@ -20,9 +20,13 @@ __all__ = ["admission_body", "admit", "mark", "read", "stop"]
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``extra`` into ``base``, copying every mapping it takes from ``extra``: the patches
+    merged here are shared between jobs (one per kind and shape, see admission/tracker.py), so a
+    body must never alias, and then modify, one of them."""
     for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
+        if isinstance(value, Mapping):
+            into = base.get(key)
+            base[key] = _deep_merge(into if isinstance(into, dict) else {}, value)
         else:
             base[key] = value
     return base
