@@ -328,7 +328,7 @@ def summary(world: World, r: CycleResult) -> tuple[Any, ...]:
                     job.over_quota,
                     job.explained_at,
                     job.failed_at,
-                    dict(job.reported),
+                    dict(job.reported or {}),
                     queue.position(job.key),
                 )
             )

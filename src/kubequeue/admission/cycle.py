@@ -494,9 +494,12 @@ class AdmissionCycle:
     def _report(
         self, result: CycleResult, job: QueuedJob, type_: str, reason: str, msg: str
     ) -> None:
-        if job.reported.get(reason) == msg:
+        reported = job.reported
+        if reported is None:
+            reported = job.reported = {}
+        elif reported.get(reason) == msg:
             return
-        job.reported[reason] = msg
+        reported[reason] = msg
         result.notices.append(Notice(job.key, job.uid, type_, reason, msg))
 
 
