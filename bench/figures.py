@@ -142,7 +142,8 @@ def core_run(
             break
         sim.admit(again)
 
-    # ---- latency: one pod ends -> the cycle the loop runs for it returns
+    # ---- latency: one pod ends -> the cycle the loop runs for it has decided (the loop starts
+    # the admissions' writes then, and writes the reasons for jobs that wait after them)
     enabled: list[float] = []
     idle: list[float] = []
     run_cycle = h.run_cycle
@@ -151,8 +152,9 @@ def core_run(
         line = cluster.pod_line(pod, "DELETED")
         started = clock()
         dispatch(line)
-        result = run_cycle()
+        result = h.decide()
         elapsed = clock() - started
+        h.explain(result)
         (enabled if result.admitted else idle).append(elapsed)
         sim.admit(result)
     out["latency_enabled_s"] = enabled

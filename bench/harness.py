@@ -95,19 +95,29 @@ class Harness:
         self.cycle.settle()
 
     def run_cycle(self) -> CycleResult:
-        """One admission cycle, as the admission loop runs it."""
-        if self.trace is None:
-            return self.cycle.run()
-        self._tick += 1.0
-        result = self.cycle.run()
-        self.trace.append([
-            result.evaluated,
-            result.waiting,
-            [[list(a.job.key), [[x.node, x.count] for x in a.assignments]]
-             for a in result.admitted],
-            [[list(n.key), n.reason, n.message] for n in result.notices],
-        ])
+        """One admission cycle, as the admission loop runs it: the decisions, then the reasons
+        they left due (their notices join the result's)."""
+        result = self.decide()
+        self.explain(result)
         return result
+
+    def decide(self) -> CycleResult:
+        """The cycle proper: what the loop runs before it starts the admissions' writes."""
+        if self.trace is not None:
+            self._tick += 1.0
+        return self.cycle.decide()
+
+    def explain(self, result: CycleResult) -> None:
+        """What the loop runs once the writes are on their way: the reasons due."""
+        result.notices.extend(self.cycle.explain_deferred())
+        if self.trace is not None:
+            self.trace.append([
+                result.evaluated,
+                result.waiting,
+                [[list(a.job.key), [[x.node, x.count] for x in a.assignments]]
+                 for a in result.admitted],
+                [[list(n.key), n.reason, n.message] for n in result.notices],
+            ])
 
     # The informers' per-line entry point; bound once so the loops below stay tight.
     def feed_nodes(self, lines: Iterable[bytes]) -> None:

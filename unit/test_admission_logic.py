@@ -299,3 +299,34 @@ def test_a_missing_priority_class_does_not_hide_a_demand_problem() -> None:
     assert job is not None and job.problem_reason == "InvalidJob"
     tracker.set_priority_classes({"high": 1000, "other": 5}, 0)
     assert job.problem_reason == "InvalidJob", "re-judging priorities keeps the worse problem"
+
+
+def test_reasons_are_written_after_the_decisions_for_jobs_that_still_wait() -> None:
+    """decide() leaves the reasons due; explain_deferred() writes them (the loop calls it once
+    the admissions' writes have started), for jobs still waiting, about the capacity now."""
+    tracker, cycle = make(b.node("n", gpu=4))
+    for i in range(4):
+        tracker.observe(JOB, gpu_job(f"j{i}", created=f"2026-01-01T00:00:0{i}Z"))
+    decided = cycle.decide()
+    assert admitted_names(decided) == ["j0", "j1"]
+    assert decided.notices == []  # no scan of the nodes before the writes go out
+    waiting = {k[2]: j for k, j in ((j.key, j) for j in tracker.queue.ordered())}
+    assert waiting["j2"].wait_reason == "" and waiting["j3"].wait_reason == ""
+    tracker.forget(("Job", "default", "j3"))  # gone before its reason was written: none
+    notices = cycle.explain_deferred()
+    assert [(n.key[2], n.reason) for n in notices] == [("j2", "Queued")]
+    assert "needs 2 nvidia.com/gpu on one node" in notices[0].message
+    assert waiting["j2"].wait_reason in notices[0].message
+    assert cycle.explain_deferred() == []  # written once
+
+
+def test_a_job_that_fits_by_the_time_its_reason_is_due_gets_none_and_stays_due() -> None:
+    tracker, cycle = make(b.node("n", gpu=4))
+    tracker.observe(JOB, gpu_job("j0", created="2026-01-01T00:00:00Z"))
+    tracker.observe(JOB, gpu_job("j1", gpus=4, created="2026-01-01T00:00:01Z"))
+    assert admitted_names(cycle.decide()) == ["j0"]  # j1 waits for the 2 GPUs j0 holds
+    tracker.cache.upsert_node(b.node("n", gpu=8))  # before its reason is written, it fits
+    assert cycle.explain_deferred() == []
+    [job] = tracker.queue.ordered()
+    assert job.wait_reason == "" and job.explained_at is None  # due again if it still waits
+    assert admitted_names(cycle.run()) == ["j1"]

@@ -14,8 +14,11 @@
              evaluated and takes the same path on;
 4. assume:   reserve the placement in the cache *before* any API write, so the next job in this
              very cycle already sees the capacity as taken (undone if the write fails);
-5. explain:  for a bounded number of jobs that do not fit, compute a human reason (and whether
-             they can ever fit here) and emit it once; explanations are the slow path.
+5. explain:  for a bounded number of jobs that do not fit, decide whether they can ever fit
+             here (that decides whether they hold their line back) and mark a human reason
+             due; the reasons are written after the cycle (``explain_deferred``), once its
+             admissions' writes are on their way: each is a scan of the feasible nodes, a
+             courtesy to the user that must not delay an admission.
 
 The cycle is synchronous and never awaits: informer updates cannot interleave with a decision.
 """
@@ -103,11 +106,25 @@ class AdmissionCycle:
         # Jobs whose visit is a foregone conclusion sit out of the walk (admission/parking.py);
         # off, every queued job is visited (the reference the tests compare against).
         self._parking = Parking(tracker.queue) if parking else None
+        # Reasons marked due by the last walk, with its instant (see explain_deferred), and the
+        # notices of reasons written but not handed out yet.
+        self._due: list[tuple[QueuedJob, float]] = []
+        self._late: list[Notice] = []
 
     def run(self) -> CycleResult:
+        """One whole cycle: its decisions and the reasons they left due."""
+        result = self.decide()
+        result.notices.extend(self.explain_deferred())
+        return result
+
+    def decide(self) -> CycleResult:
+        """The cycle's decisions; the reasons for the jobs that wait are left due (the loop
+        writes them with explain_deferred once it has started the admissions' writes)."""
         tracker = self.tracker
         cache = tracker.cache
         result = CycleResult()
+        # Reasons a previous cycle left due are written first: they describe its state.
+        result.notices.extend(self.explain_deferred())
         tracker.reservations.relocate()
         debt = tracker.reservations.debt()
         headroom = _headroom(cache, debt)
@@ -280,9 +297,30 @@ class AdmissionCycle:
 
     def settle(self, limit: int | None = None) -> None:
         """Make (up to ``limit`` of) them: the loop does this while it waits for a change; the
-        next cycle makes the rest first."""
+        next cycle makes the rest first. The reasons due are written before (whether a parked
+        job's reason is fresh decides when it wakes); their notices wait for explain_deferred."""
+        if self._due:
+            self._late.extend(self.explain_deferred())
         if self._parking is not None:
             self._parking.settle(limit)
+
+    def explain_deferred(self) -> list[Notice]:
+        """Write the reasons the last walk marked due (at most its budget) and return the
+        notices to publish. The loop calls this once the cycle's writes have started, so an
+        admission never waits for them; each reason describes the capacity as it is now."""
+        late, self._late = self._late, []
+        due, self._due = self._due, []
+        if not due:
+            return late
+        result = CycleResult(notices=late)
+        queue = self.tracker.queue
+        inflight = self.tracker.inflight
+        for job, instant in due:
+            current = queue.get(job.key)
+            if current is None or current.key in inflight or current.explained_at != instant:
+                continue  # admitted, gone, or replaced by a version judged afresh since
+            self._write_reason(result, current)
+        return result.notices
 
     def _lines_info(self, tree: QueueTree) -> Callable[[str], _Line]:
         """Per queue, what the walk asks of it for every job (strategy, preemption policy),
@@ -477,13 +515,22 @@ class AdmissionCycle:
         last = job.explained_at
         if job.wait_reason and last is not None and now - last < self.report_interval:
             return spent
-        job.wait_reason = explain(job.pod_sets, cache) or "capacity was just taken by another job"
         job.explained_at = now
+        self._due.append((job, now))
+        return True
+
+    def _write_reason(self, result: CycleResult, job: QueuedJob) -> None:
+        why = explain(job.pod_sets, self.tracker.cache)
+        if not why:
+            # It fits now: capacity was freed since the walk (the change that freed it has
+            # woken the loop, and the next cycle judges the job). Due again if it still waits.
+            job.explained_at = None
+            return
+        job.wait_reason = why
         where = f" in queue {job.queue}" if job.queue else ""
         self._report(
             result, job, "Normal", "Queued", f"waiting for capacity{where}: {job.wait_reason}"
         )
-        return True
 
     def _owed(self, result: CycleResult, job: QueuedJob) -> None:
         # One stable text (the amount owed is logged once per change, in run()): every queued

@@ -114,7 +114,7 @@ class AdmissionLoop:
                     await self._wakeup.wait()
                 self._wakeup = anyio.Event()
                 started = time.perf_counter()
-                result = self.cycle.run()
+                result = self.cycle.decide()
                 elapsed = time.perf_counter() - started
                 metrics.CYCLE_SECONDS.observe(elapsed)
                 if result.evaluated or result.admitted:
@@ -139,8 +139,11 @@ class AdmissionLoop:
                         self._following.add(key)
                         tg.start_soon(self._follow_up, key, limiter)
                 self._update_gauges()
-                # Let informers run between cycles even under a constant stream of wake-ups.
+                # Let informers run between cycles even under a constant stream of wake-ups,
+                # and the writes just started send their requests before the reasons below.
                 await anyio.lowlevel.checkpoint()
+                for notice in self.cycle.explain_deferred():
+                    self._publish(notice)
                 # Park what the cycle found waiting in vain while nothing else needs the loop
                 # (after a start-up, the whole queue), a slice at a time so the writes just
                 # started and the informers go on; a change cuts it short.
