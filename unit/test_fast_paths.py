@@ -287,6 +287,16 @@ def test_cache_bookkeeping_matches_a_recomputation(ops) -> None:
         for g in range(cache.freed_generation + 1):
             since = cache.freed_since(g)
             assert since is not None and len(since) == cache.freed_generation - g
+            # The distinct nodes freed since g, newest first (a deleted Node, which can take no
+            # pod, may be left out), and None past the limit: what the cycle's shortcuts read.
+            distinct = list(dict.fromkeys(reversed(since)))
+            found = cache.freed_nodes_since(g, 10**6)
+            assert found is not None
+            assert found == [n for n in distinct if n in found]
+            assert {n for n in distinct if n in cache.nodes and cache.nodes[n].known} <= set(found)
+            limited = cache.freed_nodes_since(g, 2)
+            assert (limited is None) == (len(found) > 2)
+            assert limited is None or limited == found
     # free == allocatable - used - reserved, from scratch
     used: dict[str, dict[str, int]] = {}
     on_node: dict[str, int] = {}

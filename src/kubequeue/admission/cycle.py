@@ -701,10 +701,9 @@ class _Walk:
         self._regroup = True
 
 
-# Freed nodes to look at before giving up on a shortcut and simply running the fit.
+# Freed nodes to look at before giving up on a shortcut and simply running the fit (at least;
+# an eighth of the nodes on bigger clusters).
 _FREED_CHECK_MAX = 256
-# Freed generations whose room figures are kept (jobs that failed longer ago just run the fit).
-_ROOM_GENERATIONS = 64
 _NO_LIMIT = sys.maxsize
 
 
@@ -721,10 +720,11 @@ class _Shortcuts:
     1. Room. When a one-pod-set fit fails it has tried every node, so it knows how many pods of
        that shape fit at most: the room for that shape at that freed generation g. After nodes F
        were freed, at most ``room(g) + the copies that fit on F now`` fit (O(|F|) to compute); a
-       job with more pods cannot fit and is not tried. After one pod ended that is one node per
-       shape, so a cycle over ten thousand queued jobs runs the fit only for the jobs the freed
-       capacity can actually complete, and a job behind a failed one of its shape with more
-       pods is never tried in the same cycle.
+       job with more pods cannot fit and is not tried. The room is the shape's, so the newest
+       one known serves every job of the shape, whenever (or whether) that job last failed.
+       After one pod ended that is one node per shape, so a cycle over ten thousand queued jobs
+       runs the fit only for the jobs the freed capacity can actually complete, and a job behind
+       a failed one of its shape with more pods is never tried in the same cycle.
     2. Without a room figure (several pod sets, or forgotten), a job that failed at g can fit
        now only if some node freed since g can take at least one of its pods.
 
@@ -737,7 +737,8 @@ class _Shortcuts:
         self._gen = -1  # the cache's freed_generation / nodes_generation the memos below are for
         self._nodes_gen = -1
         self._now: dict[int, int] = {}  # shape -> room at _gen
-        self._rooms: dict[int, dict[int, int]] = {}  # earlier generation -> shape -> room
+        # shape -> (an earlier freed generation, its room then): the newest room known of it
+        self._rooms: dict[int, tuple[int, int]] = {}
         self._may_fit: dict[tuple[int, int], bool] = {}  # (shape, failed generation) -> rule 2
         self._freed: dict[int, list[str] | None] = {}  # generation -> distinct nodes freed since
         self._feasible: dict[int, frozenset[str]] = {}  # one-pod-set shape -> its feasible nodes
@@ -747,6 +748,7 @@ class _Shortcuts:
             self._sync(cache)
         if len(self._ids) > 100_000:  # ids are never reused, so forgetting is always safe
             self._ids.clear()
+            self._rooms.clear()
 
     def _sync(self, cache: CapacityCache) -> None:
         """Capacity was freed or nodes changed: keep what stays true, drop the rest."""
@@ -754,10 +756,10 @@ class _Shortcuts:
             self._rooms.clear()  # which nodes count, or their size, changed
             self._feasible.clear()
             self._nodes_gen = cache.nodes_generation
-        elif self._now:
-            self._rooms[self._gen] = self._now
-            while len(self._rooms) > _ROOM_GENERATIONS:
-                del self._rooms[next(iter(self._rooms))]
+        else:
+            gen, rooms = self._gen, self._rooms
+            for shape, room in self._now.items():
+                rooms[shape] = (gen, room)
         self._now = {}
         self._gen = cache.freed_generation
         self._may_fit.clear()
@@ -797,8 +799,8 @@ class _Shortcuts:
         if len(pod_sets) == 1:
             ps = pod_sets[0]
             room = self._now.get(shape)
-            if room is None and failed is not None:
-                room = self._room_since(shape, ps, failed[0], cache)
+            if room is None:
+                room = self._latest_room(shape, ps, cache)
             if room is not None:
                 if ps.count > room:
                     return None
@@ -812,14 +814,17 @@ class _Shortcuts:
             return None
         return place(pod_sets, cache)
 
-    def _room_since(self, shape: int, ps: PodSet, since: int, cache: CapacityCache) -> int | None:
-        """Rule 1: the room now, from the room when the shape last failed plus the freed nodes."""
-        rooms = self._rooms.get(since)
-        before = rooms.get(shape) if rooms is not None else None
-        if before is None:
+    def _latest_room(self, shape: int, ps: PodSet, cache: CapacityCache) -> int | None:
+        """Rule 1: the room now, from the newest room known of the shape plus the nodes freed
+        since. A room belongs to the shape, not to the job that found it, so it also bounds a
+        job that failed long ago or never was tried."""
+        known = self._rooms.get(shape)
+        if known is None:
             return None
+        since, before = known
         names = self._freed_names(since, cache)
         if names is None:
+            del self._rooms[shape]  # too much was freed since: it only gets worse
             return None
         feasible = self._feasible.get(shape)
         if feasible is None:
@@ -838,12 +843,9 @@ class _Shortcuts:
 
     def _freed_names(self, since: int, cache: CapacityCache) -> list[str] | None:
         if since not in self._freed:
-            freed = cache.freed_since(since)
-            if freed is not None:
-                freed = list(dict.fromkeys(freed))  # distinct, oldest first
-                if len(freed) > _FREED_CHECK_MAX:
-                    freed = None
-            self._freed[since] = freed
+            # Past this many, looking at each freed node costs about what the fit does.
+            limit = max(_FREED_CHECK_MAX, len(cache.nodes) // 8)
+            self._freed[since] = cache.freed_nodes_since(since, limit)
         return self._freed[since]
 
     def _helps(self, shape: int, job: QueuedJob, since: int, cache: CapacityCache) -> bool:

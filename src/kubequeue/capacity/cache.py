@@ -121,6 +121,10 @@ class CapacityCache:
         # _freed_log[i] is the node of step _freed_base + i + 1. Trimmed to the recent past.
         self._freed_log: list[str] = []
         self._freed_base = 0
+        # Each node that gained capacity, with the freed_generation of its latest gain, in the
+        # order of those gains: the distinct nodes freed since any generation, newest first,
+        # in time linear in their number (freed_nodes_since).
+        self._last_freed: dict[str, int] = {}
 
     # ----------------------------------------------------------------- sizes, for metrics
     @property
@@ -175,6 +179,7 @@ class CapacityCache:
         self._groups.clear()
         self.version += 1  # memos keyed on it (most_free) must not name this node again
         self.nodes_generation += 1
+        self._last_freed.pop(name, None)  # no room left to find there
         if state.pods or any(state.reserved.values()):
             # Pods still reference it (they will be deleted by the pod GC); keep the usage.
             state.known = False
@@ -220,8 +225,24 @@ class CapacityCache:
             drop = len(entries) - _FREED_LOG_MAX // 2
             del entries[:drop]
             self._freed_base += drop
+        last = self._last_freed
+        last.pop(node, None)
+        last[node] = self.freed_generation
         if self._on_freed is not None:
             self._on_freed()
+
+    def freed_nodes_since(self, generation: int, limit: int) -> list[str] | None:
+        """The distinct nodes that gained free capacity after ``freed_generation`` was
+        ``generation``, newest first; None when there are more than ``limit``."""
+        last = self._last_freed
+        out: list[str] = []
+        for name in reversed(last):
+            if last[name] <= generation:
+                break
+            if len(out) == limit:
+                return None
+            out.append(name)
+        return out
 
     def freed_since(self, generation: int) -> list[str] | None:
         """Nodes that gained free capacity after ``freed_generation`` was ``generation`` (oldest
@@ -426,6 +447,11 @@ class CapacityCache:
         if self._stale:
             self._refresh_index()
         return self._index.candidates(request)
+
+    def candidate_count(self, request: Mapping[str, int]) -> int:
+        if self._stale:
+            self._refresh_index()
+        return self._index.candidate_count(request)
 
     def feasible(self, constraints: NodeConstraints) -> frozenset[str]:
         """Schedulable nodes these constraints allow (memoised until nodes change)."""
