@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from kubequeue import demand
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.tracker import JobTracker
+from kubequeue.capacity import cache as cache_module
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import explain, place
+from kubequeue.capacity.fit import explain, place, place_counted
 from kubequeue.capacity.index import FreeIndex
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import PodSet, pod_set_from_template
@@ -23,9 +24,10 @@ from kubequeue.kinds.job import JobKind
 from kubequeue.kube.client import ApiError
 from kubequeue.kube.informer import Informer, _Gone, struct_codec
 from kubequeue.labels import ADMITTED_AT
-from kubequeue.objects import Pod, PodSpec
+from kubequeue.objects import Pod, PodSpec, Toleration
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 from kubequeue.resources import GPU, max_copies
+from kubequeue.scheduling import NodeConstraints
 from unit import builders as b
 
 JOB = JobKind()
@@ -569,3 +571,82 @@ def test_pending_moves_apply_in_the_order_they_happened() -> None:
     cache.upsert_pod(b.pod("pa2", "a", {GPU: "1"}, uid="pa2"), None)  # a -> 2 free
     cache.delete_pod("pa2")  # a -> 3 free again: it moved into that bucket after b did
     assert list(cache.candidates({GPU: 3000})) == ["b", "a"]
+
+
+# --------------------------------------------------------------------------- counting copies
+_TAINTS = [
+    [],
+    [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    [{"key": "dedicated", "value": "infra", "effect": "NoExecute"}],
+    [{"key": "soft", "value": "x", "effect": "PreferNoSchedule"}],
+]
+_TOLERATIONS = [
+    (),
+    (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
+    (Toleration(operator="Exists"),),
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nodes=st.lists(
+        st.tuples(
+            st.integers(0, 8),  # GPUs
+            st.integers(1, 16),  # CPUs
+            st.integers(0, 3),  # taints
+            st.sampled_from(["a", "b"]),  # zone
+            st.booleans(),  # ready
+            st.integers(0, 3),  # taints after a change (0: none)
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    pods=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 4), st.integers(0, 8)), max_size=20),
+    gpus=st.integers(0, 4),
+    cpus=st.integers(1, 8),
+    tolerations=st.integers(0, 2),
+    zone=st.sampled_from([None, "a"]),
+    limit=st.integers(1, 30),
+    path=st.sampled_from(["partitions", "feasible", "candidates"]),
+)
+def test_counted_copies_are_the_greedy_fits_count(
+    nodes, pods, gpus, cpus, tolerations, zone, limit, path
+) -> None:
+    """CapacityCache.copies (taint partitions, or the feasible nodes) counts what the greedy
+    walk over the ordered candidates places: min(limit, the copies every allowed node holds)."""
+    with pytest.MonkeyPatch.context() as mp:  # each of its three ways to find the nodes
+        mp.setattr(cache_module, "_DIRECT_COUNT", 10**6 if path == "feasible" else 0)
+        mp.setattr(cache_module, "_PARTITIONS_MAX", 0 if path == "candidates" else 32)
+        _check_counted_copies(nodes, pods, gpus, cpus, tolerations, zone, limit)
+
+
+def _check_counted_copies(nodes, pods, gpus, cpus, tolerations, zone, limit) -> None:
+    cache = CapacityCache()
+    for i, (g, c, t, z, ready, _) in enumerate(nodes):
+        cache.upsert_node(
+            b.node(f"n{i}", gpu=g, cpu=str(c), taints=_TAINTS[t], labels={"zone": z}, ready=ready)
+        )
+    for j, (i, g, c) in enumerate(pods):
+        if i < len(nodes):
+            pod = b.pod(f"p{j}", f"n{i}", {GPU: str(g), "cpu": f"{c * 250}m"}, uid=f"p{j}")
+            cache.upsert_pod(pod, None)
+    list(cache.candidates({}))  # the index is read, then taints change under it
+    for i, (g, c, _, z, ready, t) in enumerate(nodes):
+        if t and i % 2:
+            cache.upsert_node(
+                b.node(f"n{i}", gpu=g, cpu=str(c), taints=_TAINTS[t], labels={"zone": z},
+                       ready=ready)
+            )
+    request = {"cpu": cpus * 1000, "pods": 1000, **({GPU: gpus * 1000} if gpus else {})}
+    constraints = NodeConstraints(
+        node_selector=(("zone", zone),) if zone else (), tolerations=_TOLERATIONS[tolerations]
+    )
+    feasible = cache.feasible(constraints)
+    expected = 0
+    for name in cache.candidates(request):  # the greedy walk's order
+        if name in feasible:
+            expected += max_copies(request, cache.nodes[name].free, limit - expected)
+    assert cache.copies(request, constraints, limit) == min(limit, expected)
+    assert place_counted(PodSet("w", limit, request, constraints), cache)[1] == min(
+        limit, expected
+    )

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from kubequeue.objects import NodeSelectorTerm, PodSpec, Taint, Toleration
 
-__all__ = ["ConstraintError", "NodeConstraints", "constraints_of", "tolerates"]
+__all__ = ["HARD_EFFECTS", "ConstraintError", "NodeConstraints", "constraints_of", "tolerates"]
 
-_HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 # Which value counts ValidateNodeSelectorRequirement accepts, per operator.
 _COUNTS = {
@@ -72,7 +72,7 @@ class NodeConstraints:
         if self.terms and not any(_term_matches(t, name, labels) for t in self.terms):
             return False
         for taint in taints:
-            if taint.effect in _HARD_EFFECTS and not tolerates(self.tolerations, taint):
+            if taint.effect in HARD_EFFECTS and not tolerates(self.tolerations, taint):
                 return False
         return True
 

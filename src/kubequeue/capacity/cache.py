@@ -18,8 +18,9 @@ can take one of its pods: the cost of a cycle follows what changed, not the size
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import msgspec
 import structlog
@@ -30,7 +31,7 @@ from kubequeue.demand import DemandError, cached_pod_request, parse_resource_map
 from kubequeue.identity import JobKey, PodOwner
 from kubequeue.objects import Node, Pod, Taint
 from kubequeue.resources import GPU, Resources
-from kubequeue.scheduling import NodeConstraints
+from kubequeue.scheduling import HARD_EFFECTS, NodeConstraints, tolerates
 
 __all__ = ["CapacityCache", "NodeState"]
 
@@ -38,6 +39,15 @@ log = structlog.get_logger(__name__)
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 _FREED_LOG_MAX = 8192
+# Counting copies (CapacityCache.copies) looks at the taint partitions a pod tolerates only while
+# there are few of them; with fewer feasible nodes than this, it scans those directly.
+_PARTITIONS_MAX = 32
+_DIRECT_COUNT = 64
+
+
+def _hard(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
+    """The taints that keep a pod off a node unless tolerated: a node's partition."""
+    return tuple(t for t in taints if t.effect in HARD_EFFECTS)
 
 
 @dataclass(slots=True)
@@ -104,6 +114,7 @@ class CapacityCache:
         self._stale: dict[str, None] = {}
         self._moves = 0
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
+        self._tolerates: dict[tuple[NodeConstraints, Hashable], bool] = {}
         self._groups: dict[NodeConstraints, list[tuple[Resources, int]]] = {}
         self._most: dict[tuple[NodeConstraints, str], tuple[int, int]] = {}
         # Moves whenever any node's free capacity or schedulability changes (memo validity).
@@ -160,6 +171,8 @@ class CapacityCache:
         state.set_allocatable(resources.intern(allocatable))
         state.ready = ready
         state.unschedulable = node.spec.unschedulable
+        if state.taints != taints:
+            self._index.repartition(name, _hard(taints))
         state.taints = taints
         state.labels = labels
         self._node_changed(state)
@@ -211,10 +224,10 @@ class CapacityCache:
         for name in order:
             state = nodes.get(name)
             key = state.index_key if state is not None else None
-            if key is None:
+            if key is None or state is None:
                 index.remove(name)
             else:
-                index.place(name, key)
+                index.place(name, key, _hard(state.taints))
         stale.clear()
 
     def _freed(self, node: str) -> None:
@@ -448,10 +461,46 @@ class CapacityCache:
             self._refresh_index()
         return self._index.candidates(request)
 
-    def candidate_count(self, request: Mapping[str, int]) -> int:
+    def copies(self, request: Mapping[str, int], constraints: NodeConstraints, limit: int) -> int:
+        """How many copies of ``request`` fit on the nodes ``constraints`` allow, at most
+        ``limit``: for one pod set, exactly what the greedy fit places (it takes the copies
+        of each node in turn), found without its order, so over fewer nodes: those of the
+        taint partitions the constraints tolerate, or the feasible nodes themselves when they
+        are fewer still (a node selector)."""
+        feasible = self.feasible(constraints)
         if self._stale:
             self._refresh_index()
-        return self._index.candidate_count(request)
+        index = self._index
+        names: Iterable[str]
+        parts = index.partitions
+        if len(parts) > _PARTITIONS_MAX:
+            names = index.candidates(request)
+        else:
+            tolerated = [p for p in parts if self._tolerated(constraints, p)]
+            names = index.candidates_in(request, tolerated)
+            if len(feasible) <= _DIRECT_COUNT or len(feasible) < index.candidate_count(
+                request, tolerated
+            ):
+                names = feasible
+        nodes = self.nodes
+        placed = 0
+        for name in names:
+            if name in feasible:
+                placed += resources.max_copies(request, nodes[name].free, limit - placed)
+                if placed >= limit:
+                    break
+        return placed
+
+    def _tolerated(self, constraints: NodeConstraints, taints: Hashable) -> bool:
+        key = (constraints, taints)
+        found = self._tolerates.get(key)
+        if found is None:
+            tolerations = constraints.tolerations
+            found = all(tolerates(tolerations, t) for t in cast(tuple[Taint, ...], taints))
+            if len(self._tolerates) > 4096:
+                self._tolerates.clear()
+            self._tolerates[key] = found
+        return found
 
     def feasible(self, constraints: NodeConstraints) -> frozenset[str]:
         """Schedulable nodes these constraints allow (memoised until nodes change)."""

@@ -80,34 +80,14 @@ def place(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignment] 
 def place_counted(ps: PodSet, cache: CapacityCache) -> tuple[list[Assignment] | None, int]:
     """``place([ps])``, and how many of its pods fit: ``ps.count`` when it does, otherwise the
     most that current free capacity can hold (every node was tried), which bounds later tries."""
-    fitted = _count_if_fewer(ps, cache)
-    if fitted is not None and fitted < ps.count:
-        return None, fitted
+    fitted = cache.copies(ps.request, ps.constraints, ps.count)
+    if fitted < ps.count:
+        return None, fitted  # the greedy walk would place exactly as many
     out: list[Assignment] = []
     remaining = _place_set(ps, cache, {}, out)
     if remaining:
         return None, ps.count - remaining
     return out, ps.count
-
-
-def _count_if_fewer(ps: PodSet, cache: CapacityCache) -> int | None:
-    """How many pods of the set fit (at most ``ps.count``), counted over its feasible nodes
-    when they are fewer than the index's candidates (a node selector, a missing toleration);
-    None when they are not. For one set the count settles the fit (the greedy places
-    min(count, sum of each node's copies), in any order), so a set that cannot fit is known
-    without the ordered walk over candidates, most of which its constraints reject."""
-    feasible = cache.feasible(ps.constraints)
-    if len(feasible) <= _DIRECT_SCAN or len(feasible) >= cache.candidate_count(ps.request):
-        return None
-    nodes = cache.nodes
-    request = ps.request
-    count = ps.count
-    placed = 0
-    for name in feasible:
-        placed += resources.max_copies(request, nodes[name].free, count - placed)
-        if placed >= count:
-            break
-    return placed
 
 
 def _place_set(
@@ -276,12 +256,9 @@ def _explain_one(ps: PodSet, cache: CapacityCache, empty_cluster: bool) -> str:
             if placed >= ps.count:
                 return ""
     else:
-        states = cache.nodes
-        for name in cache.candidates(request):
-            if name in feasible:
-                placed += resources.max_copies(request, states[name].free, ps.count - placed)
-                if placed >= ps.count:
-                    return ""
+        placed = cache.copies(request, ps.constraints, ps.count)
+        if placed >= ps.count:
+            return ""
     if not placed:
         for res, need in sorted(request.items()):
             if empty_cluster:

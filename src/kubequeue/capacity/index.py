@@ -10,11 +10,15 @@ free capacity crosses a bucket boundary, so upkeep is O(1) per pod event.
 Iteration runs from the tightest bucket upwards (best fit): small requests fill partly used
 nodes first and leave whole GPU nodes for the jobs that need them, which is what keeps a GPU
 cluster from fragmenting.
+
+The same buckets are also kept per *partition* (the caller's key: the node's hard taints), so a
+count that needs no order skips whole partitions a pod cannot go to: on a GPU cluster whose GPU
+nodes are tainted, the CPU-only jobs (most of them) never look at a GPU node's name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Container, Hashable, Iterator, Mapping
 
 from kubequeue.resources import GPU
 
@@ -43,6 +47,10 @@ CPU_KEY_MAX = _CPU_KEYS - 1
 CPU_STEP = _CPU_STEP
 
 
+def _empty_buckets() -> list[list[dict[str, None]]]:
+    return [[{} for _ in range(_CPU_KEYS)] for _ in range(_GPU_KEYS)]
+
+
 def bucket_of(free: Mapping[str, int]) -> tuple[int, int]:
     """The (GPU, CPU) bucket a node with this free vector belongs in."""
     gpu = free.get(GPU, 0)
@@ -56,13 +64,13 @@ def bucket_of(free: Mapping[str, int]) -> tuple[int, int]:
 class FreeIndex:
     """Buckets of node names by free (GPU, CPU); the caller verifies the exact fit."""
 
-    __slots__ = ("_buckets", "_where")
+    __slots__ = ("_buckets", "_parts", "_where")
 
     def __init__(self) -> None:
-        self._buckets: list[list[dict[str, None]]] = [
-            [{} for _ in range(_CPU_KEYS)] for _ in range(_GPU_KEYS)
-        ]
-        self._where: dict[str, tuple[int, int]] = {}
+        self._buckets = _empty_buckets()
+        # partition -> its own buckets; node -> (GPU key, CPU key, partition) where it sits
+        self._parts: dict[Hashable, list[list[dict[str, None]]]] = {}
+        self._where: dict[str, tuple[int, int, Hashable]] = {}
 
     def __len__(self) -> int:
         return len(self._where)
@@ -78,25 +86,56 @@ class FreeIndex:
         cpu = free.get("cpu", 0)
         c = 0 if cpu <= 0 else min((cpu // _CPU_STEP).bit_length(), _CPU_KEYS - 1)
         old = self._where.get(name)
-        if old is not None:
-            if old[0] == g and old[1] == c:
-                return
-            del self._buckets[old[0]][old[1]][name]
-        self._buckets[g][c][name] = None
-        self._where[name] = (g, c)
+        if old is not None and old[0] == g and old[1] == c:
+            return
+        self.place(name, (g, c), old[2] if old is not None else ())
 
-    def place(self, name: str, key: tuple[int, int]) -> None:
-        """Put ``name`` last in bucket ``key`` (taking it out of wherever it was)."""
+    def place(self, name: str, key: tuple[int, int], part: Hashable = ()) -> None:
+        """Put ``name`` last in bucket ``key`` of partition ``part`` (taking it out of wherever
+        it was)."""
+        self.remove(name)
+        g, c = key
+        self._buckets[g][c][name] = None
+        buckets = self._parts.get(part)
+        if buckets is None:
+            buckets = self._parts[part] = _empty_buckets()
+        buckets[g][c][name] = None
+        self._where[name] = (g, c, part)
+
+    def repartition(self, name: str, part: Hashable) -> None:
+        """Move ``name`` to partition ``part``, in the same bucket and the same place in the
+        overall order (a partition's own order is never read)."""
         old = self._where.get(name)
-        if old is not None:
-            del self._buckets[old[0]][old[1]][name]
-        self._buckets[key[0]][key[1]][name] = None
-        self._where[name] = key
+        if old is None or old[2] == part:
+            return
+        g, c, before = old
+        del self._parts[before][g][c][name]
+        buckets = self._parts.get(part)
+        if buckets is None:
+            buckets = self._parts[part] = _empty_buckets()
+        buckets[g][c][name] = None
+        self._where[name] = (g, c, part)
 
     def remove(self, name: str) -> None:
         old = self._where.pop(name, None)
         if old is not None:
-            del self._buckets[old[0]][old[1]][name]
+            g, c, part = old
+            del self._buckets[g][c][name]
+            del self._parts[part][g][c][name]
+
+    @property
+    def partitions(self) -> list[Hashable]:
+        return list(self._parts)
+
+    def candidates_in(self, request: Mapping[str, int], parts: list[Hashable]) -> Iterator[str]:
+        """``candidates(request)`` of these partitions only, in no particular order."""
+        g0 = _gpu_key(request.get(GPU, 0))
+        c0 = _cpu_key(request.get("cpu", 0))
+        for part in parts:
+            for row in self._parts[part][g0:]:
+                for bucket in row[c0:]:
+                    if bucket:
+                        yield from bucket
 
     def most(
         self, resource: str, among: Container[str], free: Callable[[str], Mapping[str, int]]
@@ -117,11 +156,15 @@ class FreeIndex:
                     return max(free(n).get("cpu", 0) for n in found)
         return None
 
-    def candidate_count(self, request: Mapping[str, int]) -> int:
-        """How many nodes ``candidates(request)`` yields (a sum over at most 340 buckets)."""
+    def candidate_count(
+        self, request: Mapping[str, int], parts: list[Hashable] | None = None
+    ) -> int:
+        """How many nodes ``candidates(request)`` (or ``candidates_in(request, parts)``)
+        yields: a sum over at most 340 buckets (per partition)."""
         g0 = _gpu_key(request.get(GPU, 0))
         c0 = _cpu_key(request.get("cpu", 0))
-        return sum(len(bucket) for row in self._buckets[g0:] for bucket in row[c0:])
+        tables = [self._buckets] if parts is None else [self._parts[p] for p in parts]
+        return sum(len(bucket) for rows in tables for row in rows[g0:] for bucket in row[c0:])
 
     def candidates(self, request: Mapping[str, int]) -> Iterator[str]:
         """Nodes that may have room for ``request``, tightest first. Superset of the real fits."""
