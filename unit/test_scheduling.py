@@ -353,3 +353,18 @@ def test_matches_a_reference_of_the_go_rules(
         return
     labels = {} if label is None else {"k": label}
     assert constraints(affinity=affinity(requirement)).allows("n1", labels, ()) is expected
+
+
+def test_small_constraints_are_one_shared_object_and_big_ones_are_not_kept() -> None:
+    """Every queued job holds its constraints: equal small ones are shared; a huge one (any user
+    can write one) is not kept by the table that outlives its job."""
+    small = {"nodeSelector": {"zone": "a"}, "tolerations": [{"key": "k", "operator": "Exists"}]}
+    a = constraints_of(msgspec.convert(small, PodSpec))
+    assert constraints_of(msgspec.convert(small, PodSpec)) is a
+    values = [f"v{i}" for i in range(100)]
+    term = {"matchExpressions": [{"key": "k", "operator": "In", "values": values}]}
+    big = {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}
+    first = constraints_of(msgspec.convert(big, PodSpec))
+    again = constraints_of(msgspec.convert(big, PodSpec))
+    assert again == first and again is not first

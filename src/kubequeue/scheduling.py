@@ -110,11 +110,29 @@ def constraints_of(spec: PodSpec) -> NodeConstraints:
             if not terms:
                 # An empty term list matches no node at all (scheduler semantics).
                 terms = ((((_NEVER, _NEVER, frozenset()),), ()),)
-    return NodeConstraints(
+    found = NodeConstraints(
         node_selector=tuple(sorted(spec.nodeSelector.items())),
         terms=terms,
         tolerations=tuple(spec.tolerations),
     )
+    # One object per distinct set of constraints (a cluster has a few dozen, and every queued
+    # job holds one): less memory, and the cache's memos keyed by them hit on identity. Only
+    # small ones are kept for sharing: the table outlives the jobs, and its size must not be
+    # up to whoever writes the biggest spec.
+    shared = _SHARED.get(found)
+    if shared is not None:
+        return shared
+    size = len(found.node_selector) + len(found.tolerations)
+    for exprs, fields in terms:
+        size += sum(1 + len(values) for _, _, values in (*exprs, *fields))
+    if len(_SHARED) < _SHARED_MAX and size <= _SHARED_ITEMS_MAX:
+        _SHARED[found] = found
+    return found
+
+
+_SHARED: dict[NodeConstraints, NodeConstraints] = {}
+_SHARED_MAX = 4096
+_SHARED_ITEMS_MAX = 16
 
 
 def _term(term: NodeSelectorTerm) -> Term:
