@@ -596,7 +596,7 @@ _TOLERATIONS = [
             st.integers(0, 3),  # taints
             st.sampled_from(["a", "b"]),  # zone
             st.booleans(),  # ready
-            st.integers(0, 3),  # taints after a change (0: none)
+            st.integers(0, 4),  # taints after a change (0: no change, else 1 + which)
         ),
         min_size=1,
         max_size=12,
@@ -632,9 +632,9 @@ def _check_counted_copies(nodes, pods, gpus, cpus, tolerations, zone, limit) -> 
             cache.upsert_pod(pod, None)
     list(cache.candidates({}))  # the index is read, then taints change under it
     for i, (g, c, _, z, ready, t) in enumerate(nodes):
-        if t and i % 2:
+        if t:
             cache.upsert_node(
-                b.node(f"n{i}", gpu=g, cpu=str(c), taints=_TAINTS[t], labels={"zone": z},
+                b.node(f"n{i}", gpu=g, cpu=str(c), taints=_TAINTS[t - 1], labels={"zone": z},
                        ready=ready)
             )
     request = {"cpu": cpus * 1000, "pods": 1000, **({GPU: gpus * 1000} if gpus else {})}
@@ -647,6 +647,26 @@ def _check_counted_copies(nodes, pods, gpus, cpus, tolerations, zone, limit) -> 
         if name in feasible:
             expected += max_copies(request, cache.nodes[name].free, limit - expected)
     assert cache.copies(request, constraints, limit) == min(limit, expected)
+    # A fit walks the nodes of the one partition it tolerates (if so) in the overall order.
+    walked = [n for n in cache.candidates(request, constraints) if n in feasible]
+    assert walked == [n for n in cache.candidates(request) if n in feasible]
     assert place_counted(PodSet("w", limit, request, constraints), cache)[1] == min(
         limit, expected
     )
+
+
+def test_a_node_whose_taints_change_keeps_its_place_in_the_walk() -> None:
+    """Walking one taint partition is the overall walk without the others' nodes, also after a
+    node changed partitions (it joins the other partition at its place, not at the end)."""
+    cache = CapacityCache()
+    gpu_taint = _TAINTS[1]
+    cache.upsert_node(b.node("a", gpu=4, taints=gpu_taint))
+    cache.upsert_node(b.node("b", gpu=4))
+    cache.upsert_node(b.node("c", gpu=4, taints=gpu_taint))
+    request = {"cpu": 1000, "pods": 1000}
+    untolerant = NodeConstraints()
+    assert list(cache.candidates(request)) == ["a", "b", "c"]
+    assert list(cache.candidates(request, untolerant)) == ["b"]
+    cache.upsert_node(b.node("a", gpu=4))  # the taint is removed: a joins b's partition
+    assert list(cache.candidates(request)) == ["a", "b", "c"]
+    assert list(cache.candidates(request, untolerant)) == ["a", "b"]

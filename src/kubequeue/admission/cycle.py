@@ -701,8 +701,8 @@ class _Walk:
         self._regroup = True
 
 
-# Freed nodes to look at before giving up on a shortcut and simply running the fit (at least;
-# an eighth of the nodes on bigger clusters).
+# Freed nodes to look at before giving up on a shortcut and simply running the fit (a drain
+# frees hundreds per cycle: looking at each for every shape costs more than the fits it saves).
 _FREED_CHECK_MAX = 256
 _NO_LIMIT = sys.maxsize
 
@@ -843,9 +843,7 @@ class _Shortcuts:
 
     def _freed_names(self, since: int, cache: CapacityCache) -> list[str] | None:
         if since not in self._freed:
-            # Past this many, looking at each freed node costs about what the fit does.
-            limit = max(_FREED_CHECK_MAX, len(cache.nodes) // 8)
-            self._freed[since] = cache.freed_nodes_since(since, limit)
+            self._freed[since] = cache.freed_nodes_since(since, _FREED_CHECK_MAX)
         return self._freed[since]
 
     def _helps(self, shape: int, job: QueuedJob, since: int, cache: CapacityCache) -> bool:

@@ -456,10 +456,22 @@ class CapacityCache:
     def free(self, node: str) -> Resources:
         return self.nodes[node].free
 
-    def candidates(self, request: Mapping[str, int]) -> Iterator[str]:
+    def candidates(
+        self, request: Mapping[str, int], constraints: NodeConstraints | None = None
+    ) -> Iterator[str]:
+        """Nodes that may have room for ``request``, in the order a fit tries them. With
+        ``constraints``, nodes of taint partitions they do not tolerate may be left out (when
+        only one partition is tolerated, only its nodes come, in the same order)."""
         if self._stale:
             self._refresh_index()
-        return self._index.candidates(request)
+        index = self._index
+        if constraints is not None:
+            parts = index.partitions
+            if 1 < len(parts) <= _PARTITIONS_MAX:
+                tolerated = [p for p in parts if self._tolerated(constraints, p)]
+                if len(tolerated) == 1:
+                    return index.candidates(request, tolerated[0])
+        return index.candidates(request)
 
     def copies(self, request: Mapping[str, int], constraints: NodeConstraints, limit: int) -> int:
         """How many copies of ``request`` fit on the nodes ``constraints`` allow, at most

@@ -58,7 +58,7 @@ def _effective(free: Mapping[str, int], extra: Mapping[str, int] | None) -> Mapp
 def _candidates(cache: CapacityCache, ps: PodSet, feasible: frozenset[str]) -> Iterable[str]:
     if len(feasible) <= _DIRECT_SCAN:
         return sorted(feasible, key=lambda n: (cache.nodes[n].free.get(GPU, 0), n))
-    return (n for n in cache.candidates(ps.request) if n in feasible)
+    return (n for n in cache.candidates(ps.request, ps.constraints) if n in feasible)
 
 
 def place(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignment] | None:
@@ -80,9 +80,6 @@ def place(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignment] 
 def place_counted(ps: PodSet, cache: CapacityCache) -> tuple[list[Assignment] | None, int]:
     """``place([ps])``, and how many of its pods fit: ``ps.count`` when it does, otherwise the
     most that current free capacity can hold (every node was tried), which bounds later tries."""
-    fitted = cache.copies(ps.request, ps.constraints, ps.count)
-    if fitted < ps.count:
-        return None, fitted  # the greedy walk would place exactly as many
     out: list[Assignment] = []
     remaining = _place_set(ps, cache, {}, out)
     if remaining:
@@ -378,7 +375,11 @@ def _search_now(
         feasible = cache.feasible(shape.members[0].constraints)
         names: Iterable[str] = feasible
         if not empty_cluster and len(feasible) > _DIRECT_SCAN:
-            names = (n for n in cache.candidates(shape.request) if n in feasible)
+            names = (
+                n
+                for n in cache.candidates(shape.request, shape.members[0].constraints)
+                if n in feasible
+            )
         for name in names:
             state = states[name]
             k = resources.max_copies(

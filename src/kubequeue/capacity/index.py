@@ -103,8 +103,9 @@ class FreeIndex:
         self._where[name] = (g, c, part)
 
     def repartition(self, name: str, part: Hashable) -> None:
-        """Move ``name`` to partition ``part``, in the same bucket and the same place in the
-        overall order (a partition's own order is never read)."""
+        """Move ``name`` to partition ``part``, in the same bucket. A partition's buckets keep
+        the overall order of their nodes (so walking one partition gives the overall walk
+        without the other partitions' nodes): the bucket it joins is rebuilt in that order."""
         old = self._where.get(name)
         if old is None or old[2] == part:
             return
@@ -113,7 +114,9 @@ class FreeIndex:
         buckets = self._parts.get(part)
         if buckets is None:
             buckets = self._parts[part] = _empty_buckets()
-        buckets[g][c][name] = None
+        joined = buckets[g][c]
+        joined[name] = None
+        buckets[g][c] = {n: None for n in self._buckets[g][c] if n in joined}
         self._where[name] = (g, c, part)
 
     def remove(self, name: str) -> None:
@@ -166,11 +169,12 @@ class FreeIndex:
         tables = [self._buckets] if parts is None else [self._parts[p] for p in parts]
         return sum(len(bucket) for rows in tables for row in rows[g0:] for bucket in row[c0:])
 
-    def candidates(self, request: Mapping[str, int]) -> Iterator[str]:
-        """Nodes that may have room for ``request``, tightest first. Superset of the real fits."""
+    def candidates(self, request: Mapping[str, int], part: Hashable = None) -> Iterator[str]:
+        """Nodes that may have room for ``request``, tightest first. Superset of the real fits.
+        With ``part``: that partition's only, in the same order."""
         g0 = _gpu_key(request.get(GPU, 0))
         c0 = _cpu_key(request.get("cpu", 0))
-        buckets = self._buckets
+        buckets = self._buckets if part is None else self._parts[part]
         for g in range(g0, _GPU_KEYS):
             row = buckets[g]
             for c in range(c0, _CPU_KEYS):
