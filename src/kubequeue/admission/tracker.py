@@ -375,7 +375,9 @@ class JobTracker:
             job.requeued_epoch = _epoch(str(annotations_of(obj).get(REQUEUED_AT, "")))
         class_name: str | None = None
         try:
-            job.admission_patch = _shared(adapter.admission_patch(obj)) or {}
+            patch = _shared(adapter.admission_patch(obj))
+            if patch is not None:
+                job.admission_patch = patch
             class_name = adapter.priority_class_name(obj)
             job.pod_sets = adapter.pod_sets(obj)
         except DemandError as exc:

@@ -39,8 +39,9 @@ log = structlog.get_logger(__name__)
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 _FREED_LOG_MAX = 8192
-# Counting copies (CapacityCache.copies) looks at the taint partitions a pod tolerates only while
-# there are few of them; with fewer feasible nodes than this, it scans those directly.
+# A fit's walk and a count of copies (candidates, copies) pick the taint partitions a pod
+# tolerates only while there are few partitions; a count scans the feasible nodes directly when
+# there are at most this many.
 _PARTITIONS_MAX = 32
 _DIRECT_COUNT = 64
 

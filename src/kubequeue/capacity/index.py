@@ -11,9 +11,9 @@ Iteration runs from the tightest bucket upwards (best fit): small requests fill 
 nodes first and leave whole GPU nodes for the jobs that need them, which is what keeps a GPU
 cluster from fragmenting.
 
-The same buckets are also kept per *partition* (the caller's key: the node's hard taints), so a
-count that needs no order skips whole partitions a pod cannot go to: on a GPU cluster whose GPU
-nodes are tainted, the CPU-only jobs (most of them) never look at a GPU node's name.
+The same buckets are also kept per *partition* (the caller's key: the node's hard taints), each
+in the overall order, so a walk or a count skips whole partitions a pod cannot go to: on a GPU
+cluster whose GPU nodes are tainted, the CPU-only jobs (most of them) never look at a GPU node.
 """
 
 from __future__ import annotations
