@@ -55,9 +55,10 @@ async def gpu_overcommit_watch(
     kubectl: Kubectl, nodes: Sequence[str], interval_s: float = 0.5
 ) -> AsyncIterator[Watch]:
     seen = Watch()
+    stopping: list[bool] = []  # a flag as well as the cancel: see GpuSampler.stop
 
     async def run() -> None:
-        while True:
+        while not stopping:
             with contextlib.suppress(KubectlError):
                 await _sample(kubectl, nodes, seen)
             await asyncio.sleep(interval_s)
@@ -66,6 +67,7 @@ async def gpu_overcommit_watch(
     try:
         yield seen
     finally:
+        stopping.append(True)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -329,18 +329,23 @@ class GpuSampler:
     overcommits: list[str] = field(default_factory=list)
     peak: dict[str, int] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
+    _stopping: bool = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
+        # The flag, not only the cancel: on Python 3.11 asyncio.wait_for (inside every kubectl
+        # call) can swallow a cancellation that arrives as the call completes, and the loop
+        # would then sample on forever while stop() waits for it (seen: a CI run hung).
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await self.sample()
             await asyncio.sleep(self.interval_s)
 
