@@ -460,9 +460,17 @@ async def burst(
     last_running = max(seen.running.values()) if seen.running else float("nan")
     if backlog and seen.admitted:
         started = min(seen.admitted.values())  # from the first admission: the system's pace
+    # How fast the API server took the creations (in the burst, while the queue admits: no
+    # queue can admit faster than jobs appear) and how far the last admission trailed the last
+    # creation.
+    create_span = max(created.values()) - min(created.values()) if len(created) > 1 else 0.0
     return {
         "nodes": nodes,
         "jobs": jobs,
+        "created_per_s": len(created) / create_span if create_span else float("nan"),
+        "last_admitted_after_last_created_s": (
+            last - max(created.values()) if created else float("nan")
+        ),
         "admitted": len(seen.admitted),
         "all_admitted_s": last - started,
         "admissions_per_s": len(seen.admitted) / (last - started),
