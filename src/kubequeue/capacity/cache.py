@@ -115,7 +115,8 @@ class CapacityCache:
         self._stale: dict[str, None] = {}
         self._moves = 0
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
-        self._tolerates: dict[tuple[NodeConstraints, Hashable], bool] = {}
+        # constraints -> (partition count when computed, the taint partitions they tolerate)
+        self._tolerated: dict[NodeConstraints, tuple[int, list[Hashable]]] = {}
         self._groups: dict[NodeConstraints, list[tuple[Resources, int]]] = {}
         self._most: dict[tuple[NodeConstraints, str], tuple[int, int]] = {}
         # Moves whenever any node's free capacity or schedulability changes (memo validity).
@@ -466,12 +467,10 @@ class CapacityCache:
         if self._stale:
             self._refresh_index()
         index = self._index
-        if constraints is not None:
-            parts = index.partitions
-            if 1 < len(parts) <= _PARTITIONS_MAX:
-                tolerated = [p for p in parts if self._tolerated(constraints, p)]
-                if len(tolerated) == 1:
-                    return index.candidates(request, tolerated[0])
+        if constraints is not None and index.partition_count > 1:
+            tolerated = self._tolerated_partitions(constraints)
+            if tolerated is not None and len(tolerated) == 1:
+                return index.candidates(request, tolerated[0])
         return index.candidates(request)
 
     def copies(self, request: Mapping[str, int], constraints: NodeConstraints, limit: int) -> int:
@@ -485,11 +484,10 @@ class CapacityCache:
             self._refresh_index()
         index = self._index
         names: Iterable[str]
-        parts = index.partitions
-        if len(parts) > _PARTITIONS_MAX:
+        tolerated = self._tolerated_partitions(constraints)
+        if tolerated is None:
             names = index.candidates(request)
         else:
-            tolerated = [p for p in parts if self._tolerated(constraints, p)]
             names = index.candidates_in(request, tolerated)
             if len(feasible) <= _DIRECT_COUNT or len(feasible) < index.candidate_count(
                 request, tolerated
@@ -504,15 +502,25 @@ class CapacityCache:
                     break
         return placed
 
-    def _tolerated(self, constraints: NodeConstraints, taints: Hashable) -> bool:
-        key = (constraints, taints)
-        found = self._tolerates.get(key)
-        if found is None:
-            tolerations = constraints.tolerations
-            found = all(tolerates(tolerations, t) for t in cast(tuple[Taint, ...], taints))
-            if len(self._tolerates) > 4096:
-                self._tolerates.clear()
-            self._tolerates[key] = found
+    def _tolerated_partitions(self, constraints: NodeConstraints) -> list[Hashable] | None:
+        """The taint partitions ``constraints`` tolerate (memoised: partitions are only ever
+        added, so their count tells when to look again); None past _PARTITIONS_MAX of them."""
+        index = self._index
+        count = index.partition_count
+        if count > _PARTITIONS_MAX:
+            return None
+        memo = self._tolerated.get(constraints)
+        if memo is not None and memo[0] == count:
+            return memo[1]
+        tolerations = constraints.tolerations
+        found = [
+            part
+            for part in index.partitions
+            if all(tolerates(tolerations, t) for t in cast(tuple[Taint, ...], part))
+        ]
+        if len(self._tolerated) > 4096:
+            self._tolerated.clear()
+        self._tolerated[constraints] = (count, found)
         return found
 
     def feasible(self, constraints: NodeConstraints) -> frozenset[str]:

@@ -130,6 +130,11 @@ class FreeIndex:
     def partitions(self) -> list[Hashable]:
         return list(self._parts)
 
+    @property
+    def partition_count(self) -> int:
+        """How many partitions there are (one is never removed, so this only grows)."""
+        return len(self._parts)
+
     def candidates_in(self, request: Mapping[str, int], parts: list[Hashable]) -> Iterator[str]:
         """``candidates(request)`` of these partitions only, in no particular order."""
         g0 = _gpu_key(request.get(GPU, 0))
