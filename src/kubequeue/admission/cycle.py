@@ -710,12 +710,12 @@ _NO_LIMIT = sys.maxsize
 class _Shortcuts:
     """Answers "does not fit" without running the fit when that is already certain.
 
-    A node's free capacity only grows through an event the cache logs
-    (``CapacityCache.freed_since``), and with less capacity a job that did not fit still does not
-    (for one pod set the fit is exact, so this is a theorem; for several it is one whenever the
-    search behind the greedy pass settles the answer, and otherwise the assumption the cycle's
-    ``failed_at`` skip has always made). Hence, per demand shape (pod requests and constraints,
-    numbered by ``_shape``):
+    A node's free capacity only grows through an event the cache records
+    (``CapacityCache.freed_nodes_since``), and with less capacity a job that did not fit still
+    does not (for one pod set the fit is exact, so this is a theorem; for several it is one
+    whenever the search behind the greedy pass settles the answer, and otherwise the assumption
+    the cycle's ``failed_at`` skip has always made). Hence, per demand shape (pod requests and
+    constraints, numbered by ``_shape``):
 
     1. Room. When a one-pod-set fit fails it has tried every node, so it knows how many pods of
        that shape fit at most: the room for that shape at that freed generation g. After nodes F

@@ -13,12 +13,12 @@ as something could make it otherwise. Kinds:
 - capacity: one pod set that did not fit. Keyed by its shape (pod request and node
   constraints); the shape keeps an upper bound on how many of its pods fit in the whole
   cluster (from the fit that failed, or the job's own count minus one). A node's free capacity
-  only grows through an event the cache logs (``freed_since``), so at the start of each cycle
-  the bound grows by the copies that fit *now* on the nodes freed since (a new or changed node
-  is logged too; only nodes the shape's constraints allow count). Of the jobs whose pod count
-  the bound reaches, only the first in walk order wakes; once the walk has passed it, the next
-  one (by then its visit has either admitted it or run the fit, which sets the bound to the
-  room it found: usually below every job left). So a freed node wakes a handful of jobs per
+  only grows through an event the cache records (``freed_nodes_since``), so at the start of
+  each cycle the bound grows by the copies that fit *now* on the nodes freed since (a new or
+  changed node counts too; only nodes the shape's constraints allow count). Of the jobs whose
+  pod count the bound reaches, only the first in walk order wakes; once the walk has passed it,
+  the next one (by then its visit has either admitted it or run the fit, which sets the bound
+  to the room it found: usually below every job left). So a freed node wakes a handful of jobs per
   shape, not every job it might help. Admissions only take capacity, so the bound stays one for
   the rest of the cycle. Shapes are per line: the first job of a shape in walk order is then the
   one with the smallest order key.
@@ -518,12 +518,11 @@ class Parking:
         self._freed_gen = cache.freed_generation
         if since is None or since == cache.freed_generation or not self._shapes:
             return
-        names = cache.freed_since(since)
-        distinct = list(dict.fromkeys(names)) if names is not None else None
-        if distinct is None or len(distinct) > FREED_COUNT_MAX:
-            # Too long ago to know which nodes, or so many that counting the copies of every
-            # shape on them costs more than the fits it would spare: every bound is void, and
-            # the first job of each shape runs the fit (which sets the bound again).
+        distinct = cache.freed_nodes_since(since, FREED_COUNT_MAX)
+        if distinct is None:
+            # So many nodes that counting the copies of every shape on them costs more than
+            # the fits it would spare: every bound is void, and the first job of each shape
+            # runs the fit (which sets the bound again).
             for shape in list(self._shapes.values()):
                 shape.room = _NO_LIMIT
                 self._wake_next(shape, None)

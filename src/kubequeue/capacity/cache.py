@@ -10,9 +10,10 @@ real when the Node arrives, so no usage is ever lost to ordering.
 Two counters let the admission loop skip work: ``freed_generation`` moves whenever some node gains
 free capacity (only then can a job that did not fit start to fit), ``nodes_generation`` whenever
 node labels, taints, schedulability or allocatable change (only then do memoised feasible-node sets
-and "can never fit" verdicts go stale). ``freed_since`` tells which nodes gained capacity after a
-given ``freed_generation``, so a job that did not fit is judged again only if one of those nodes
-can take one of its pods: the cost of a cycle follows what changed, not the size of the queue.
+and "can never fit" verdicts go stale). ``freed_nodes_since`` tells which nodes gained capacity
+after a given ``freed_generation``, so a job that did not fit is judged again only if one of those
+nodes can take one of its pods: the cost of a cycle follows what changed, not the size of the
+queue.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ __all__ = ["CapacityCache", "NodeState"]
 log = structlog.get_logger(__name__)
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
-_FREED_LOG_MAX = 8192
 # A fit's walk and a count of copies (candidates, copies) pick the taint partitions a pod
 # tolerates only while there are few partitions; a count scans the feasible nodes directly when
 # there are at most this many.
@@ -130,10 +130,6 @@ class CapacityCache:
         self._on_freed = on_freed
         self.freed_generation = 0
         self.nodes_generation = 0
-        # Nodes that gained free capacity, one entry per freed_generation step:
-        # _freed_log[i] is the node of step _freed_base + i + 1. Trimmed to the recent past.
-        self._freed_log: list[str] = []
-        self._freed_base = 0
         # Each node that gained capacity, with the freed_generation of its latest gain, in the
         # order of those gains: the distinct nodes freed since any generation, newest first,
         # in time linear in their number (freed_nodes_since).
@@ -234,12 +230,6 @@ class CapacityCache:
 
     def _freed(self, node: str) -> None:
         self.freed_generation += 1
-        entries = self._freed_log
-        entries.append(node)
-        if len(entries) > _FREED_LOG_MAX:
-            drop = len(entries) - _FREED_LOG_MAX // 2
-            del entries[:drop]
-            self._freed_base += drop
         last = self._last_freed
         last.pop(node, None)
         last[node] = self.freed_generation
@@ -258,14 +248,6 @@ class CapacityCache:
                 return None
             out.append(name)
         return out
-
-    def freed_since(self, generation: int) -> list[str] | None:
-        """Nodes that gained free capacity after ``freed_generation`` was ``generation`` (oldest
-        first, repeats possible); None when that is too long ago to be known."""
-        start = generation - self._freed_base
-        if start < 0:
-            return None
-        return self._freed_log[start:]
 
     # ----------------------------------------------------------------- pods
     def upsert_pod(self, pod: Pod, owner: PodOwner | None) -> JobKey | None:
