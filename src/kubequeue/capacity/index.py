@@ -136,14 +136,9 @@ class FreeIndex:
         return len(self._parts)
 
     def candidates_in(self, request: Mapping[str, int], parts: list[Hashable]) -> Iterator[str]:
-        """``candidates(request)`` of these partitions only, in no particular order."""
-        g0 = _gpu_key(request.get(GPU, 0))
-        c0 = _cpu_key(request.get("cpu", 0))
+        """``candidates(request)`` of these partitions only, one partition after the other."""
         for part in parts:
-            for row in self._parts[part][g0:]:
-                for bucket in row[c0:]:
-                    if bucket:
-                        yield from bucket
+            yield from self.candidates(request, part)
 
     def most(
         self, resource: str, among: Container[str], free: Callable[[str], Mapping[str, int]]
