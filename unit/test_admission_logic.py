@@ -310,7 +310,7 @@ def test_reasons_are_written_after_the_decisions_for_jobs_that_still_wait() -> N
     decided = cycle.decide()
     assert admitted_names(decided) == ["j0", "j1"]
     assert decided.notices == []  # no scan of the nodes before the writes go out
-    waiting = {k[2]: j for k, j in ((j.key, j) for j in tracker.queue.ordered())}
+    waiting = {j.key[2]: j for j in tracker.queue.ordered()}
     assert waiting["j2"].wait_reason == "" and waiting["j3"].wait_reason == ""
     tracker.forget(("Job", "default", "j3"))  # gone before its reason was written: none
     notices = cycle.explain_deferred()
