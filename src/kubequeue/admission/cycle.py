@@ -42,6 +42,7 @@ from kubequeue.admission.parking import END, Parking, Position
 from kubequeue.admission.preemption import Preemption, PreemptionPolicy, plan_preemption
 from kubequeue.admission.requeue import Requeue, RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
+from kubequeue.capacity.binding import BindingGuard
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, explain, place, place_counted
 from kubequeue.demand import PodSet
@@ -86,8 +87,18 @@ class AdmissionCycle:
         preemption_timeout: float = 300.0,
         requeue: RequeuePolicy | None = None,
         parking: bool = True,
+        binding_wait: float = 10.0,
     ) -> None:
         self.tracker = tracker
+        # How long a job that fits may wait for the pods admitted before it to be bound, when
+        # admitting it now could let the scheduler leave one of them without room
+        # (capacity/binding.py); 0 turns the guard off.
+        self.binding_wait = binding_wait
+        reservations = tracker.reservations
+        self._binding = BindingGuard(
+            cache=tracker.cache, inflight=reservations.inflight, held_nodes=reservations.held_nodes
+        )
+        self._binding_holder: tuple[str, ...] | None = None
         self.strict_fifo = strict_fifo
         # For the implicit queue (Queue objects carry their own spec.preemption).
         self.preemption = preemption or PreemptionPolicy()
@@ -150,6 +161,12 @@ class AdmissionCycle:
         blocked: dict[str, QueuedJob] = {}
         shortcuts = self._shortcuts
         shortcuts.start(cache)
+        guard = self._binding if self.binding_wait > 0 else None
+        if guard is not None:
+            guard.start()
+        # The first job this cycle that fits but waits for pods in flight to be bound: the
+        # jobs after it wait too, so a stream of small jobs cannot keep it waiting.
+        holder: QueuedJob | None = None
         # Loop invariants, read once: this walk visits every queued job, so it is kept lean.
         inflight = tracker.inflight
         nodes_generation = cache.nodes_generation
@@ -229,6 +246,16 @@ class AdmissionCycle:
                 quota_ok = True
                 if placed is not None and job.queue:  # step 4: policy
                     quota_ok = self._quota_allows(result, job)
+                if (
+                    placed is not None
+                    and quota_ok
+                    and guard is not None
+                    and (holder is not None or self._waits_for_binding(guard, job, instant))
+                ):
+                    holder = holder or job
+                    waiting += 1
+                    self._report_binding(result, job)
+                    continue  # judged again next cycle: a pod bound frees its hold and wakes it
                 if placed is not None and quota_ok:
                     borrowing = bool(job.queue) and _borrows(ledger, job)
                     tracker.begin_admission(job, job.pod_sets, placed, borrowing)  # step 5
@@ -288,7 +315,50 @@ class AdmissionCycle:
         result.evaluated += evaluated
         result.waiting += waiting
         self._note_blocking(blocked)
+        self._note_binding(holder)
         return result
+
+    def _waits_for_binding(self, guard: BindingGuard, job: QueuedJob, instant: float) -> bool:
+        """Whether a job that fits waits for pods in flight to be bound first (see
+        capacity/binding.py), for at most ``binding_wait`` seconds: pods that are never bound
+        (a reason the scheduler has and we do not model) must not stop the queue."""
+        if guard.admits(job.pod_sets):
+            job.binding_since = None
+            return False
+        since = job.binding_since
+        if since is None:
+            job.binding_since = since = instant
+        if instant - since < self.binding_wait:
+            return True
+        job.binding_since = None
+        log.warning(
+            "admission.binding_wait_over",
+            job="/".join(job.key),
+            waited_s=round(instant - since, 1),
+            inflight_pods=sum(n for _, _, n in self.tracker.reservations.inflight.values()),
+            why="pods admitted before it are still not bound; admitted without the margin that "
+            "keeps room for all of them whatever order the scheduler binds them in",
+        )
+        return False
+
+    def _report_binding(self, result: CycleResult, job: QueuedJob) -> None:
+        job.wait_reason = BINDING
+        self._report(result, job, "Normal", "Queued", f"waiting: {BINDING}")
+
+    def _note_binding(self, holder: QueuedJob | None) -> None:
+        """Log when the job holding admissions for pods in flight changes (not every cycle)."""
+        key = holder.key if holder is not None else None
+        if key == self._binding_holder:
+            return
+        self._binding_holder = key
+        if holder is not None:
+            reservations = self.tracker.reservations
+            log.info(
+                "admission.waits_for_binding",
+                job="/".join(holder.key),
+                inflight_pods=sum(n for _, _, n in reservations.inflight.values()),
+                why=BINDING,
+            )
 
     @property
     def unsettled(self) -> int:
@@ -873,6 +943,11 @@ def _takes_a_pod(pod_sets: Sequence[PodSet], names: list[str], cache: CapacityCa
     return not wants
 
 
+BINDING = (
+    "pods admitted before it are not bound to nodes yet and room is tight: admitted now, the "
+    "scheduler could bind them where another admitted pod needs room; admitted as they are bound"
+)
+
 OWED = (
     "the scheduler placed admitted pods elsewhere than planned and some have no room yet; "
     "nothing is admitted into the capacity they are owed until pods end or move"
@@ -896,7 +971,9 @@ def _headroom(cache: CapacityCache, debt: resources.Resources) -> resources.Reso
 
 
 def _affordable(demand: resources.Resources, headroom: resources.Resources) -> bool:
-    return all(demand.get(name, 0) <= left for name, left in headroom.items())
+    # A job that asks nothing of a resource in debt does not make the debt worse, even when the
+    # debt is larger than what is free (headroom below zero).
+    return all(demand.get(name, 0) <= max(left, 0) for name, left in headroom.items())
 
 
 def _spend(demand: resources.Resources, headroom: resources.Resources) -> None:

@@ -409,6 +409,7 @@ class JobTracker:
                 job.never_fits = previous.never_fits
                 job.never_fits_generation = previous.never_fits_generation
                 job.quota_reason = previous.quota_reason
+                job.binding_since = previous.binding_since
         waiting = self.preempting.get(key)
         if waiting is not None:
             # Its capacity is held while its victims stop: keep it out of the queue, but admit

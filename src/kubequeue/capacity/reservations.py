@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from kubequeue.capacity.binding import Shape, shape_of
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, place
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
 from kubequeue.resources import GPU, Resources
+from kubequeue.scheduling import NodeConstraints
 
 __all__ = ["UNPLACED", "Reservations"]
 
@@ -58,6 +60,9 @@ class Reservations:
         # Held pods per node (UNPLACED included), so relocate() looks at the few nodes that
         # hold anything instead of at every hold.
         self._holds_on: dict[str, int] = {}
+        # Held pods per shape (request, constraints), for the binding guard (capacity/binding.py):
+        # the pods in flight, whose nodes the scheduler has not chosen yet.
+        self.inflight: dict[Shape, tuple[Resources, NodeConstraints, int]] = {}
         # debt(), memoised on what it depends on (every hold on a node moves cache.version).
         self._debt: Resources = {}
         self._debt_at: tuple[int, int, int] | None = None
@@ -67,6 +72,10 @@ class Reservations:
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def held_nodes(self) -> list[str]:
+        """The real nodes holding anything now."""
+        return [node for node in self._holds_on if node != UNPLACED]
 
     def held_pods(self, job: JobKey) -> int:
         held = self._held.get(job)
@@ -263,8 +272,18 @@ class Reservations:
         nodes = held.placed.setdefault(pod_set, {})
         nodes[node] = nodes.get(node, 0) + count
         self._holds_on[node] = self._holds_on.get(node, 0) + count
+        self._count_inflight(ps, count)
         if node != UNPLACED:
             self._cache.reserve(node, ps.request, count)
+
+    def _count_inflight(self, ps: PodSet, delta: int) -> None:
+        shape = shape_of(ps.request, ps.constraints)
+        known = self.inflight.get(shape)
+        total = (known[2] if known is not None else 0) + delta
+        if total > 0:
+            self.inflight[shape] = (ps.request, ps.constraints, total)
+        else:
+            self.inflight.pop(shape, None)
 
     def _remove(self, held: _Held, pod_set: str, node: str, count: int) -> None:
         nodes = held.placed[pod_set]
@@ -274,6 +293,7 @@ class Reservations:
             self._holds_on[node] = left
         else:
             self._holds_on.pop(node, None)
+        self._count_inflight(held.pod_sets[pod_set], -count)
         if node != UNPLACED:
             self._cache.unreserve(node, held.pod_sets[pod_set].request, count)
         if not nodes[node]:

@@ -96,6 +96,9 @@ class QueuedJob:
     # last (epoch seconds): it may be admitted again only after a backoff (admission/requeue.py).
     requeues: int = 0
     requeued_epoch: float = 0.0
+    # Clock time since which it fits but waits for pods admitted before it to be bound
+    # (capacity/binding.py); None when it does not.
+    binding_since: float | None = None
 
     # Set while the job is parked (see JobQueue.park); None while the walk visits it.
     park: Parked | None = None
