@@ -115,6 +115,42 @@ async def test_other_capacity_users_are_respected_and_never_touched(
     await wait_until("ours admitted once their GPUs are freed", ours_admitted, 60)
 
 
+async def test_a_job_that_could_take_an_unbound_pods_node_waits_until_that_pod_is_bound(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController
+) -> None:
+    """The binding guard: 'big' (8 GPUs) can only go on the whole node; 'small' (1 GPU) is
+    planned on the other node's last free GPU, but the scheduler could bind small's pod first,
+    on the whole node (it fits there too), and big's pod would have no node. So small waits
+    until big's pod is bound, and no pod is ever Pending for want of room. (With
+    --binding-wait=0 both are admitted in the same cycle and this test fails.)"""
+    whole, tight = await fake_nodes.create(NodeSpec("whole", gpus=8), NodeSpec("tight", gpus=8))
+    theirs = job("theirs", gpus=7, suspend=False, node_selector={"kubernetes.io/hostname": tight})
+    await kubectl.apply(theirs, "-n", namespace)
+    await wait_until("their pod bound", lambda: _bound_count(kubectl, namespace, 1))
+    # Both queued before kube-queue starts, so its first cycle judges them together.
+    await kubectl.apply(job("big", gpus=8), "-n", namespace)
+    await kubectl.apply(job("small", gpus=1), "-n", namespace)
+    await kube_queue()
+
+    async def both_bound() -> dict[str, str] | None:
+        placed = await pods_by_node(kubectl, namespace)
+        return placed if len(placed) == 3 else None
+
+    placed = await wait_until("big's and small's pods bound", both_bound, 60)
+    nodes = {name.rsplit("-", 1)[0]: node for name, node in placed.items()}
+    assert nodes == {"theirs": tight, "big": whole, "small": tight}, placed
+    waited = [
+        e for e in await events_for(kubectl, namespace, "small")
+        if e["reason"] == "Queued" and "not bound to nodes yet" in e["message"]
+    ]
+    assert waited, "small waited for big's pod to be bound"
+    # The scheduler never found a pod here without room (it records each such attempt).
+    failed = await kubectl.json(
+        "get", "events", "-n", namespace, "--field-selector", "reason=FailedScheduling"
+    )
+    assert failed["items"] == [], [e["message"] for e in failed["items"]]
+
+
 async def _bound_count(kubectl: Kubectl, namespace: str, count: int) -> bool:
     return len(await pods_by_node(kubectl, namespace)) >= count
 

@@ -187,6 +187,14 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a preemptor waits for its victims' pods to go before it queues again",
     )
     run.add_argument(
+        "--binding-wait",
+        type=float,
+        default=10.0,
+        help="seconds a job that fits may wait for pods admitted before it to be bound, when "
+        "admitting it now could let the scheduler leave one of them without a node (0: never "
+        "wait)",
+    )
+    run.add_argument(
         "--resync-period",
         type=float,
         default=600.0,
@@ -286,6 +294,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         pods_ready_timeout=args.pods_ready_timeout,
         requeue_limit=args.requeue_limit,
         requeue_backoff=args.requeue_backoff,
+        binding_wait=args.binding_wait,
         **extra,
     )
 

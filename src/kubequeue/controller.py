@@ -102,6 +102,7 @@ class Controller:
             starvation_seconds=settings.starvation_seconds,
             preemption=PreemptionPolicy(lower_priority=settings.preemption == "lower-priority"),
             preemption_timeout=settings.preemption_timeout,
+            binding_wait=settings.binding_wait,
             requeue=RequeuePolicy(
                 timeout=settings.pods_ready_timeout,
                 limit=settings.requeue_limit,
