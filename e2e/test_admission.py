@@ -121,8 +121,8 @@ async def test_a_job_that_could_take_an_unbound_pods_node_waits_until_that_pod_i
     """The binding guard: 'big' (8 GPUs) can only go on the whole node; 'small' (1 GPU) is
     planned on the other node's last free GPU, but the scheduler could bind small's pod first,
     on the whole node (it fits there too), and big's pod would have no node. So small waits
-    until big's pod is bound, and no pod is ever Pending for want of room. (With
-    --binding-wait=0 both are admitted in the same cycle and this test fails.)"""
+    until big's pod is bound, and no pod is ever Pending for want of room. (Without the guard,
+    the default, both are admitted in the same cycle and this test fails.)"""
     whole, tight = await fake_nodes.create(NodeSpec("whole", gpus=8), NodeSpec("tight", gpus=8))
     theirs = job("theirs", gpus=7, suspend=False, node_selector={"kubernetes.io/hostname": tight})
     await kubectl.apply(theirs, "-n", namespace)
@@ -130,7 +130,7 @@ async def test_a_job_that_could_take_an_unbound_pods_node_waits_until_that_pod_i
     # Both queued before kube-queue starts, so its first cycle judges them together.
     await kubectl.apply(job("big", gpus=8), "-n", namespace)
     await kubectl.apply(job("small", gpus=1), "-n", namespace)
-    await kube_queue()
+    await kube_queue("--binding-wait=10")
 
     async def both_bound() -> dict[str, str] | None:
         placed = await pods_by_node(kubectl, namespace)

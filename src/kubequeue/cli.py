@@ -189,10 +189,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--binding-wait",
         type=float,
-        default=10.0,
+        default=0.0,
         help="seconds a job that fits may wait for pods admitted before it to be bound, when "
-        "admitting it now could let the scheduler leave one of them without a node (0: never "
-        "wait)",
+        "admitting it now could let the scheduler leave one of them without a node (default 0: "
+        "off; it trades admission throughput for fewer Pending pods, see docs/design.md)",
     )
     run.add_argument(
         "--resync-period",

@@ -84,10 +84,12 @@ class Settings:
     """An admitted job whose pods are not all Running and Ready this many seconds after its
     admission is suspended and queued again (a Queue's podsReadyTimeoutSeconds overrides it;
     0 turns it off)."""
-    binding_wait: float = 10.0
+    binding_wait: float = 0.0
     """Seconds a job that fits may wait for the pods admitted before it to be bound to nodes,
     when admitting it now could let the scheduler, binding them in its own order on nodes of
-    its own choosing, leave one of them without a node (capacity/binding.py). 0: never wait."""
+    its own choosing, leave one of them without a node (capacity/binding.py). 0 (default):
+    off. On, no admitted pod waits for want of room whatever the scheduler does, at the cost
+    of admission throughput when many pods are in flight and room is tight."""
     requeue_limit: int = 5
     """Requeues before kube-queue gives up on a job (GaveUp) until a user edits it."""
     requeue_backoff: float = 60.0

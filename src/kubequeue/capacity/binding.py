@@ -68,29 +68,56 @@ class BindingGuard:
     """Per admission cycle: would admitting these pod sets leave some pod in flight no room?
 
     ``inflight`` is the live count of held (unbound) pods per shape, with each shape's request
-    and constraints (Reservations.inflight); the guard reads it at each question, so holds taken
-    earlier in the same cycle count."""
+    and constraints (Reservations.inflight), and ``version`` moves whenever it changes. The
+    load each shape bears from the pods in flight is computed once per shape and then kept up
+    to date by ``admitted`` (each admission adds its pods' costs), so a question costs the
+    number of shapes in flight, not its square; any other change is seen by the version and
+    the loads are recomputed."""
 
-    __slots__ = ("_cache", "_costs", "_held_nodes", "_inflight", "_slots")
+    __slots__ = (
+        "_cache",
+        "_costs",
+        "_held_nodes",
+        "_inflight",
+        "_loads",
+        "_pre",
+        "_seen",
+        "_slots",
+        "_unsafe",
+        "_version",
+    )
 
     def __init__(
         self,
         cache: CapacityCache,
         inflight: Mapping[Shape, tuple[Mapping[str, int], NodeConstraints, int]],
         held_nodes: Callable[[], Iterable[str]],
+        version: Callable[[], int],
     ) -> None:
         self._cache = cache
         self._inflight = inflight
         self._held_nodes = held_nodes
+        self._version = version
         # Slots per shape: what bound pods leave free does not move within a cycle (a hold
         # takes from free what it adds to reserved), so these stay true for the whole cycle.
         # Value: (count, exact); not exact means "at least count".
         self._slots: dict[Shape, tuple[int, bool]] = {}
         self._costs: dict[tuple[Shape, Shape], int] = {}
+        # Per shape, the slots the pods in flight can take (as of version _seen), and its
+        # request.
+        self._loads: dict[Shape, tuple[int, Mapping[str, int]]] = {}
+        self._seen = -1
+        self._pre = -2
+        # One-pod-set shapes refused this cycle: the fewest pods refused. Loads only grow
+        # within a cycle, so a job of the shape with as many pods is refused too.
+        self._unsafe: dict[Shape, int] = {}
 
     def start(self) -> None:
         """A new cycle: pods may have been bound or ended since the last one."""
         self._slots.clear()
+        self._loads.clear()
+        self._unsafe.clear()
+        self._seen = -1
         if len(self._costs) > 65_536:
             self._costs.clear()
 
@@ -100,14 +127,38 @@ class BindingGuard:
         inflight = self._inflight
         if not inflight and len(pod_sets) == 1:
             return True  # identical pods: the fit that placed them found this many slots
+        version = self._version()
+        if version != self._seen:
+            self._loads.clear()
+            self._seen = version
         new = [
             (shape_of(ps.request, ps.constraints), ps.request, ps.constraints, ps.count)
             for ps in pod_sets
             if ps.count > 0
         ]
+        if len(new) == 1:
+            refused = self._unsafe.get(new[0][0])
+            if refused is not None and new[0][3] >= refused:
+                return False
+        verdict = self._judge(new)
+        if not verdict and len(new) == 1:
+            self._unsafe[new[0][0]] = new[0][3]
+        return verdict
+
+    def refused_before(self, pod_sets: Sequence[PodSet]) -> bool:
+        """Whether a one-pod-set job of this shape with no more pods was refused this cycle
+        (loads only grow within a cycle, so this one would be too)."""
+        if len(pod_sets) != 1:
+            return False
+        ps = pod_sets[0]
+        refused = self._unsafe.get(shape_of(ps.request, ps.constraints))
+        return refused is not None and ps.count >= refused
+
+    def _judge(self, new: Sequence[tuple[Shape, Mapping[str, int], NodeConstraints, int]]) -> bool:
+        inflight = self._inflight
         new_shapes = {s for s, _, _, _ in new}
         for shape, request, constraints, _ in new:
-            need = self._load(shape, request, inflight.items()) + self._load(
+            need = self._base(shape, request) + self._load(
                 shape, request, ((s, (r, c, n)) for s, r, c, n in new)
             )
             if self._slots_at_least(shape, request, constraints, need) < need:
@@ -115,12 +166,39 @@ class BindingGuard:
         for shape, (held, held_constraints, _) in inflight.items():
             if shape in new_shapes:
                 continue
-            base = self._load(shape, held, inflight.items())
+            base = self._base(shape, held)
             need = base + self._load(shape, held, ((s, (r, c, n)) for s, r, c, n in new))
             have = self._slots_at_least(shape, held, held_constraints, need)
             if have < need and have >= base:
                 return False
         return True
+
+    def holding(self) -> None:
+        """The cycle is about to hold an admission's pods (call ``admitted`` after)."""
+        self._pre = self._version()
+
+    def admitted(self, pod_sets: Sequence[PodSet]) -> None:
+        """The cycle held these pods: add their costs to the loads known, unless something
+        else changed the pods in flight since the loads were computed."""
+        if self._pre != self._seen:
+            return  # the next question recomputes
+        pods = [
+            (shape_of(ps.request, ps.constraints), (ps.request, ps.constraints, ps.count))
+            for ps in pod_sets
+        ]
+        loads = self._loads
+        for shape, (load, request) in loads.items():
+            loads[shape] = (load + self._load(shape, request, pods), request)
+        self._seen = self._version()
+
+    def _base(self, shape: Shape, request: Mapping[str, int]) -> int:
+        """The slots of ``shape`` the pods in flight can take."""
+        known = self._loads.get(shape)
+        if known is not None:
+            return known[0]
+        load = self._load(shape, request, self._inflight.items())
+        self._loads[shape] = (load, request)
+        return load
 
     def _load(
         self,
@@ -148,8 +226,11 @@ class BindingGuard:
         known = self._slots.get(shape)
         if known is not None and (known[1] or known[0] >= need):
             return known[0]
-        found = slots(self._cache, self._held_nodes(), request, constraints, need)
-        self._slots[shape] = (found, found < need)
+        # Ask for twice as many: the load grows with each admission of the cycle, and a count
+        # that reaches its limit is only a lower bound to be raised (amortised, as a list grows).
+        limit = 2 * need + 16
+        found = slots(self._cache, self._held_nodes(), request, constraints, limit)
+        self._slots[shape] = (found, found < limit)
         return found
 
 

@@ -63,6 +63,7 @@ class Reservations:
         # Held pods per shape (request, constraints), for the binding guard (capacity/binding.py):
         # the pods in flight, whose nodes the scheduler has not chosen yet.
         self.inflight: dict[Shape, tuple[Resources, NodeConstraints, int]] = {}
+        self.inflight_version = 0  # moves with every change of it
         # debt(), memoised on what it depends on (every hold on a node moves cache.version).
         self._debt: Resources = {}
         self._debt_at: tuple[int, int, int] | None = None
@@ -277,6 +278,7 @@ class Reservations:
             self._cache.reserve(node, ps.request, count)
 
     def _count_inflight(self, ps: PodSet, delta: int) -> None:
+        self.inflight_version += 1
         shape = shape_of(ps.request, ps.constraints)
         known = self.inflight.get(shape)
         total = (known[2] if known is not None else 0) + delta
