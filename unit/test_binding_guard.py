@@ -159,10 +159,9 @@ def test_the_wait_is_bounded_so_pods_never_bound_cannot_stop_the_queue() -> None
     assert _admit(tracker, cycle)[0] == ["small"]
 
 
-def test_safe_jobs_behind_a_waiting_job_go_on() -> None:
-    """A job that waits does not hold back the jobs behind it that are safe: they do not make
-    its wait longer than binding_wait (after which it goes all the same), and holding them all
-    back would throttle a busy cluster to one big job per binding round."""
+def test_jobs_behind_a_waiting_job_wait_too() -> None:
+    """Otherwise a stream of small jobs, each safe on its own, keeps pods in flight forever and
+    the job that needs a whole node never gets its turn."""
     tracker, cycle = make(
         [], b.node("a", gpu=8), b.node("b", gpu=8), clock=lambda: 0.0, binding_wait=10.0
     )
@@ -171,14 +170,15 @@ def test_safe_jobs_behind_a_waiting_job_go_on() -> None:
     assert _admit(tracker, cycle)[0] == ["x"]  # held on b
     _submit(tracker, "whole", 8, 1)
     _submit(tracker, "one", 1, 2)
-    # whole could lose a to x's pod; one is safe (10 one-GPU slots for two pods in flight).
+    # whole could lose a to x's pod; one alone would be safe (b has room for both 1-GPU pods
+    # in the worst case), but waits behind whole.
     admitted, notices = _admit(tracker, cycle)
-    assert admitted == ["one"]
-    assert {n.key[2] for n in notices if "not bound" in n.message} == {"whole"}
+    assert admitted == []
+    assert {n.key[2] for n in notices if "not bound" in n.message} == {"whole", "one"}
     _bind(tracker, "x", "b")
-    assert _admit(tracker, cycle)[0] == []  # one's pod is still in flight
-    _bind(tracker, "one", "b")
     assert _admit(tracker, cycle)[0] == ["whole"]
+    _bind(tracker, "whole", "a")
+    assert _admit(tracker, cycle)[0] == ["one"]
 
 
 def test_a_shape_short_before_the_job_does_not_hold_back_jobs_that_leave_it_as_it_is() -> None:

@@ -15,8 +15,8 @@
 4. assume:   reserve the placement in the cache *before* any API write, so the next job in this
              very cycle already sees the capacity as taken (undone if the write fails); unless
              the binding guard (capacity/binding.py) says that with its pods in flight too, the
-             scheduler could leave some admitted pod without a node: then it waits for pods
-             in flight to be bound (at most binding_wait; jobs behind it that are safe go on);
+             scheduler could leave some admitted pod without a node: then it, and every job
+             after it that fits, wait for pods in flight to be bound (at most binding_wait);
 5. explain:  for a bounded number of jobs that do not fit, decide whether they can ever fit
              here (that decides whether they hold their line back) and mark a human reason
              due; the reasons are written after the cycle (``explain_deferred``), once its
@@ -170,7 +170,8 @@ class AdmissionCycle:
         guard = self._binding if self.binding_wait > 0 else None
         if guard is not None:
             guard.start()
-        # The first job this cycle that fits but waits for pods in flight to be bound.
+        # The job that fits but waits for pods in flight to be bound: the jobs after it wait
+        # too, so a stream of small jobs cannot keep it waiting.
         holder: QueuedJob | None = None
         # Loop invariants, read once: this walk visits every queued job, so it is kept lean.
         inflight = tracker.inflight
@@ -247,20 +248,13 @@ class AdmissionCycle:
                 # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
                 # and the quota verdict matters only for jobs that do.
                 owed = headroom is not None and not _affordable(job.demand, headroom)
-                if (
-                    guard is not None
-                    and not owed
-                    and job.binding_since is not None
-                    and instant - job.binding_since < self.binding_wait
-                    and guard.refused_before(job.pod_sets)
-                ):
-                    # A job of its shape with as many pods was refused this cycle: so is it,
-                    # whether it fits or not (the fit is not worth running; it waits anyway).
-                    holder = holder or job
-                    waiting += 1
-                    self._report_binding(result, job)
-                    continue
-                placed = None if owed else shortcuts.place(job, cache)
+                placed = (
+                    None
+                    if owed
+                    else _FITS
+                    if holder is not None and shortcuts.known_to_fit(job)
+                    else shortcuts.place(job, cache)
+                )
                 quota_ok = True
                 if placed is not None and job.queue:  # step 4: policy
                     quota_ok = self._quota_allows(result, job)
@@ -268,12 +262,15 @@ class AdmissionCycle:
                     placed is not None
                     and quota_ok
                     and guard is not None
-                    and self._waits_for_binding(guard, job, instant)
+                    and (holder is not None or self._waits_for_binding(guard, job, instant))
                 ):
-                    # Judged again next cycle (a pod bound frees its hold and wakes the loop).
-                    # Jobs behind it that are safe go on: that can keep it waiting, but only
-                    # for binding_wait, after which it is admitted all the same.
-                    holder = holder or job
+                    # It, and every job behind it that fits, waits for the next cycle (a pod
+                    # bound frees its hold and wakes the loop); from here on nothing is
+                    # admitted, so one fit per shape tells the rest of the shape.
+                    if holder is None:
+                        holder = job
+                        shortcuts.hold_capacity()
+                    shortcuts.fitted(job)
                     waiting += 1
                     self._report_binding(result, job)
                     continue
@@ -837,8 +834,12 @@ class _Shortcuts:
         self._may_fit: dict[tuple[int, int], bool] = {}  # (shape, failed generation) -> rule 2
         self._freed: dict[int, list[str] | None] = {}  # generation -> distinct nodes freed since
         self._feasible: dict[int, frozenset[str]] = {}  # one-pod-set shape -> its feasible nodes
+        # One-pod-set shape -> most pods found to fit since the cycle stopped admitting (None:
+        # it has not): capacity no longer changes in the cycle, so fewer pods fit too.
+        self._fitting: dict[int, int] | None = None
 
     def start(self, cache: CapacityCache) -> None:
+        self._fitting = None
         if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
             self._sync(cache)
         if len(self._ids) > 100_000:  # ids are never reused, so forgetting is always safe
@@ -909,6 +910,31 @@ class _Shortcuts:
             return None
         return place(pod_sets, cache)
 
+    def hold_capacity(self) -> None:
+        """Nothing more is admitted this cycle: fits found from now on stay true for it."""
+        self._fitting = {}
+
+    def fitted(self, job: QueuedJob) -> None:
+        """A job found to fit while nothing more is admitted (see hold_capacity)."""
+        fitting = self._fitting
+        memo = job.shape
+        if fitting is not None and memo is not None and len(job.pod_sets) == 1:
+            count = job.pod_sets[0].count
+            if count > fitting.get(memo[1], 0):
+                fitting[memo[1]] = count
+
+    def known_to_fit(self, job: QueuedJob) -> bool:
+        """Whether a job of its shape with at least as many pods fitted since hold_capacity."""
+        fitting = self._fitting
+        memo = job.shape
+        return (
+            fitting is not None
+            and memo is not None
+            and memo[0] is job.pod_sets
+            and len(job.pod_sets) == 1
+            and fitting.get(memo[1], 0) >= job.pod_sets[0].count
+        )
+
     def _latest_room(self, shape: int, ps: PodSet, cache: CapacityCache) -> int | None:
         """Rule 1: the room now, from the newest room known of the shape plus the nodes freed
         since. A room belongs to the shape, not to the job that found it, so it also bounds a
@@ -967,6 +993,9 @@ def _takes_a_pod(pod_sets: Sequence[PodSet], names: list[str], cache: CapacityCa
                     return True
     return not wants
 
+
+# A placement that is known to exist but was not computed (the job is not admitted this cycle).
+_FITS: list[Assignment] = []
 
 BINDING = (
     "pods admitted before it are not bound to nodes yet and room is tight: admitted now, the "

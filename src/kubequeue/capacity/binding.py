@@ -83,7 +83,6 @@ class BindingGuard:
         "_pre",
         "_seen",
         "_slots",
-        "_unsafe",
         "_version",
     )
 
@@ -108,15 +107,11 @@ class BindingGuard:
         self._loads: dict[Shape, tuple[int, Mapping[str, int]]] = {}
         self._seen = -1
         self._pre = -2
-        # One-pod-set shapes refused this cycle: the fewest pods refused. Loads only grow
-        # within a cycle, so a job of the shape with as many pods is refused too.
-        self._unsafe: dict[Shape, int] = {}
 
     def start(self) -> None:
         """A new cycle: pods may have been bound or ended since the last one."""
         self._slots.clear()
         self._loads.clear()
-        self._unsafe.clear()
         self._seen = -1
         if len(self._costs) > 65_536:
             self._costs.clear()
@@ -136,23 +131,7 @@ class BindingGuard:
             for ps in pod_sets
             if ps.count > 0
         ]
-        if len(new) == 1:
-            refused = self._unsafe.get(new[0][0])
-            if refused is not None and new[0][3] >= refused:
-                return False
-        verdict = self._judge(new)
-        if not verdict and len(new) == 1:
-            self._unsafe[new[0][0]] = new[0][3]
-        return verdict
-
-    def refused_before(self, pod_sets: Sequence[PodSet]) -> bool:
-        """Whether a one-pod-set job of this shape with no more pods was refused this cycle
-        (loads only grow within a cycle, so this one would be too)."""
-        if len(pod_sets) != 1:
-            return False
-        ps = pod_sets[0]
-        refused = self._unsafe.get(shape_of(ps.request, ps.constraints))
-        return refused is not None and ps.count >= refused
+        return self._judge(new)
 
     def _judge(self, new: Sequence[tuple[Shape, Mapping[str, int], NodeConstraints, int]]) -> bool:
         inflight = self._inflight
