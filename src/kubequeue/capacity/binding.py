@@ -30,7 +30,9 @@ It is a sufficient condition, so it is pessimistic: it assumes the worst placeme
 other pod, which a packing scheduler will not choose. It only bites when the margin is thin (a
 whole free node wanted while many pods are in flight); a shape that was already short before
 the job (pods displaced earlier, or pods the scheduler refuses for reasons we do not model) does
-not hold back jobs that do not make it shorter.
+not hold back jobs that do not make it shorter. Because it bites whenever hundreds of pods are
+in flight (a burst, while the Job controller has not created them yet), it is off unless
+``--binding-wait`` is set (docs/design.md, docs/benchmarks.md).
 """
 
 from __future__ import annotations
