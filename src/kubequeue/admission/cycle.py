@@ -357,7 +357,7 @@ class AdmissionCycle:
             "admission.binding_wait_over",
             job="/".join(job.key),
             waited_s=round(instant - since, 1),
-            inflight_pods=sum(n for _, _, n in self.tracker.reservations.inflight.values()),
+            inflight_pods=self.tracker.reservations.inflight_pods(),
             why="pods admitted before it are still not bound; admitted without the margin that "
             "keeps room for all of them whatever order the scheduler binds them in",
         )
@@ -374,11 +374,10 @@ class AdmissionCycle:
             return
         self._binding_holder = key
         if holder is not None:
-            reservations = self.tracker.reservations
             log.info(
                 "admission.waits_for_binding",
                 job="/".join(holder.key),
-                inflight_pods=sum(n for _, _, n in reservations.inflight.values()),
+                inflight_pods=self.tracker.reservations.inflight_pods(),
                 why=BINDING,
             )
 

@@ -128,27 +128,17 @@ class BindingGuard:
         if version != self._seen:
             self._loads.clear()
             self._seen = version
-        new = [
-            (shape_of(ps.request, ps.constraints), ps.request, ps.constraints, ps.count)
-            for ps in pod_sets
-            if ps.count > 0
-        ]
-        return self._judge(new)
-
-    def _judge(self, new: Sequence[tuple[Shape, Mapping[str, int], NodeConstraints, int]]) -> bool:
-        inflight = self._inflight
-        new_shapes = {s for s, _, _, _ in new}
-        for shape, request, constraints, _ in new:
-            need = self._base(shape, request) + self._load(
-                shape, request, ((s, (r, c, n)) for s, r, c, n in new)
-            )
+        new = _pods(pod_sets)
+        new_shapes = {shape for shape, _ in new}
+        for shape, (request, constraints, _) in new:
+            need = self._base(shape, request) + self._load(shape, request, new)
             if self._slots_at_least(shape, request, constraints, need) < need:
                 return False
         for shape, (held, held_constraints, _) in inflight.items():
             if shape in new_shapes:
                 continue
             base = self._base(shape, held)
-            need = base + self._load(shape, held, ((s, (r, c, n)) for s, r, c, n in new))
+            need = base + self._load(shape, held, new)
             have = self._slots_at_least(shape, held, held_constraints, need)
             if have < need and have >= base:
                 return False
@@ -163,10 +153,7 @@ class BindingGuard:
         else changed the pods in flight since the loads were computed."""
         if self._pre != self._seen:
             return  # the next question recomputes
-        pods = [
-            (shape_of(ps.request, ps.constraints), (ps.request, ps.constraints, ps.count))
-            for ps in pod_sets
-        ]
+        pods = _pods(pod_sets)
         loads = self._loads
         for shape, (load, request) in loads.items():
             loads[shape] = (load + self._load(shape, request, pods), request)
@@ -213,6 +200,17 @@ class BindingGuard:
         found = slots(self._cache, self._held_nodes(), request, constraints, limit)
         self._slots[shape] = (found, found < limit)
         return found
+
+
+def _pods(
+    pod_sets: Sequence[PodSet],
+) -> list[tuple[Shape, tuple[Mapping[str, int], NodeConstraints, int]]]:
+    """Pod sets as entries of the in-flight map (shape -> request, constraints, pods)."""
+    return [
+        (shape_of(ps.request, ps.constraints), (ps.request, ps.constraints, ps.count))
+        for ps in pod_sets
+        if ps.count > 0
+    ]
 
 
 def slots(

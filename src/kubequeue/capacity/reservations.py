@@ -78,6 +78,10 @@ class Reservations:
         """The real nodes holding anything now."""
         return [node for node in self._holds_on if node != UNPLACED]
 
+    def inflight_pods(self) -> int:
+        """Held pods, all shapes together."""
+        return sum(count for _, _, count in self.inflight.values())
+
     def held_pods(self, job: JobKey) -> int:
         held = self._held.get(job)
         return sum(held.count(ps) for ps in held.pod_sets) if held else 0
