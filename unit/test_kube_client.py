@@ -4,9 +4,12 @@ whose answer was lost says that it may have been applied."""
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import base64
 import json
 import socket
+import ssl
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,6 +17,7 @@ import anyio
 import anyio.abc
 import pytest
 from aiohttp import web
+from e2e.webhook import write_serving_cert
 
 from kubequeue.kinds.job import JobKind
 from kubequeue.kube import writer
@@ -374,3 +378,30 @@ async def test_a_netrc_entry_for_the_server_does_not_break_bearer_tokens(
     async with serve(api.app) as url, client_for(url, token="t0ken") as client:
         assert (await client.get(PATH))["metadata"]["name"] == "j"
     assert api.authorization == {"Bearer t0ken"}
+
+
+async def test_tls_answers_arrive_whole_with_record_sized_reads(tmp_path: Path) -> None:
+    """Reads of one TLS record at a time (the pools' small TLS read buffer) still deliver a
+    body of many records, and the buffer asyncio keeps per connection is that small."""
+    ca = await asyncio.to_thread(write_serving_cert, tmp_path)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    items = [{"metadata": {"name": f"job-{i}", "labels": {"x": "y" * 200}}} for i in range(8000)]
+
+    async def big(_: web.Request) -> web.Response:
+        return web.json_response({"kind": "JobList", "items": items})
+
+    app = web.Application()
+    app.router.add_get("/big", big)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=served)
+    await site.start()
+    try:
+        url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+        async with client_for(url, ca=ca) as client:
+            got = await client.get("/big")
+        assert asyncio.sslproto.SSLProtocol.max_size == 2**14
+        assert got["items"] == items  # ~2 MiB: over a hundred records, every byte arrived
+    finally:
+        await runner.cleanup()

@@ -27,6 +27,7 @@ Lease (a renewal queued behind anything would cost the leadership). They share o
 
 from __future__ import annotations
 
+import asyncio.sslproto
 import base64
 import ipaddress
 import time
@@ -66,6 +67,13 @@ _USER_AGENT = f"kube-queue/{__version__}"
 # Watch events with large objects exceed aiohttp's default read buffer; etcd's request limit is
 # 1.5 MiB.
 _READ_BUFSIZE = 2**21
+
+# asyncio gives every TLS connection a read buffer of SSLProtocol.max_size (256 KiB), allocated
+# and zeroed when the connection opens and kept for its life, yet aiohttp's protocol never reads
+# into it: it takes asyncio's copying path, where each read returns at most one TLS record
+# (<= 16 KiB of plaintext) whatever size it asks for. With the ~80 connections the pools keep
+# open under load that was 15 MiB of an 87 MiB controller (docs/benchmarks.md, "Memory").
+_TLS_READ_SIZE = 2**14
 
 
 class _Status(msgspec.Struct):
@@ -290,9 +298,20 @@ class Pool:
         return resp
 
 
+def shrink_tls_read_buffers() -> None:
+    """Size asyncio's per-connection TLS read buffer to one TLS record (see _TLS_READ_SIZE).
+    A process-wide class attribute, so this affects every asyncio TLS connection of the process;
+    only the size of each read changes, never what is read (the copying path loops until the
+    socket has nothing more)."""
+    protocol = getattr(asyncio.sslproto, "SSLProtocol", None)
+    if protocol is not None and getattr(protocol, "max_size", 0) > _TLS_READ_SIZE:
+        protocol.max_size = _TLS_READ_SIZE
+
+
 @asynccontextmanager
 async def open_pool(credentials: Credentials, connections: int) -> AsyncIterator[Pool]:
     """A pool of at most ``connections`` connections, closed when the block ends."""
+    shrink_tls_read_buffers()
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections),
         headers={"Accept": _JSON, "User-Agent": _USER_AGENT},
