@@ -69,11 +69,13 @@ _USER_AGENT = f"kube-queue/{__version__}"
 _READ_BUFSIZE = 2**21
 
 # asyncio gives every TLS connection a read buffer of SSLProtocol.max_size (256 KiB), allocated
-# and zeroed when the connection opens and kept for its life, yet aiohttp's protocol never reads
-# into it: it takes asyncio's copying path, where each read returns at most one TLS record
-# (<= 16 KiB of plaintext) whatever size it asks for. With the ~80 connections the pools keep
-# open under load that was 15 MiB of an 87 MiB controller (docs/benchmarks.md, "Memory").
-_TLS_READ_SIZE = 2**14
+# and zeroed when the connection opens and kept for its life; it only stages the socket's
+# ciphertext on its way to decryption, so any size reads the same bytes, in more or fewer socket
+# reads. With the ~80 connections the pools keep open under load the default was 15 MiB of an
+# 87 MiB controller. At 64 KiB a 2 MiB LIST page still reads within ~10% of the default's speed
+# and CPU; at 16 KiB (one TLS record) it took twice the CPU per MiB (`python -m bench.tls_read`,
+# docs/benchmarks.md, "Memory").
+_TLS_READ_SIZE = 2**16
 
 
 class _Status(msgspec.Struct):
@@ -299,10 +301,10 @@ class Pool:
 
 
 def shrink_tls_read_buffers() -> None:
-    """Size asyncio's per-connection TLS read buffer to one TLS record (see _TLS_READ_SIZE).
-    A process-wide class attribute, so this affects every asyncio TLS connection of the process;
-    only the size of each read changes, never what is read (the copying path loops until the
-    socket has nothing more)."""
+    """Shrink asyncio's per-connection TLS read buffer to _TLS_READ_SIZE (see there).
+    A process-wide class attribute, so this affects every asyncio TLS connection the process
+    opens afterwards; only the size of each socket read changes, never what is read (the loop
+    reads again while the socket has more)."""
     protocol = getattr(asyncio.sslproto, "SSLProtocol", None)
     if protocol is not None and getattr(protocol, "max_size", 0) > _TLS_READ_SIZE:
         protocol.max_size = _TLS_READ_SIZE
