@@ -71,10 +71,10 @@ _READ_BUFSIZE = 2**21
 # asyncio gives every TLS connection a read buffer of SSLProtocol.max_size (256 KiB), allocated
 # and zeroed when the connection opens and kept for its life; it only stages the socket's
 # ciphertext on its way to decryption, so any size reads the same bytes, in more or fewer socket
-# reads. With the ~80 connections the pools keep open under load the default was 15 MiB of an
-# 87 MiB controller. At 64 KiB a 2 MiB LIST page still reads within ~10% of the default's speed
-# and CPU; at 16 KiB (one TLS record) it took twice the CPU per MiB (`python -m bench.tls_read`,
-# docs/benchmarks.md, "Memory").
+# reads. With the ~80 connections the pools keep open under load the default was up to 20 MiB
+# of an 87 MiB controller. At 64 KiB a 2 MiB LIST page still reads within ~10% of the default's
+# speed and CPU; at 16 KiB (one TLS record) it took twice the CPU per MiB (`python -m
+# bench.tls_read`; docs/benchmarks.md, "Backlog again, and the controller's memory").
 _TLS_READ_SIZE = 2**16
 
 
