@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubequeue.admission.cycle import AdmissionCycle, CycleResult
+from kubequeue.admission.notices import Notice
 from kubequeue.admission.preemption import PreemptionPolicy
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
@@ -72,6 +73,28 @@ def gpu_job(name: str, ns: str, gpus: int, second: int, **kw: Any) -> dict[str, 
         created=f"2026-01-01T00:00:{second:02d}Z",
         **kw,
     )
+
+
+def accept_admissions(tracker: JobTracker, cycle: AdmissionCycle) -> tuple[list[str], list[Notice]]:
+    """Run a cycle whose admissions the API server accepts; no pod is bound yet (binding is the
+    test's part: ``bind_gpu_pod``). For ``gpu_job`` jobs of one pod set."""
+    result = cycle.run()
+    for a in result.admitted:
+        _, ns, name = a.job.key
+        pods = a.job.pod_sets[0]
+        gpus = int(pods.request.get(GPU, 0) // 1000)
+        obj = gpu_job(name, ns, gpus, 0, parallelism=pods.count)
+        obj["spec"]["suspend"] = False
+        obj["metadata"]["annotations"] = {ADMITTED_AT: "now"}
+        obj["metadata"]["resourceVersion"] = "2"
+        tracker.admission_succeeded(a.job.key, JOB, obj)
+    return [a.job.key[2] for a in result.admitted], result.notices
+
+
+def bind_gpu_pod(tracker: JobTracker, job: str, node: str, gpus: int, uid: str) -> None:
+    """A pod of ``job`` (namespace default) bound to ``node``, as the scheduler chose."""
+    pod = b.pod(uid, node, {"cpu": "1", GPU: str(gpus)}, owner_job=job, uid=uid)
+    tracker.pod_changed(tracker.cache.upsert_pod(pod, (("Job", "default", job), None)))
 
 
 class Cluster:
@@ -188,5 +211,12 @@ class Cluster:
 
 
 __all__ = [
-    "JOB", "TWO_TEAMS", "Cluster", "PreemptionPolicy", "gpu_job", "make", "queue", "two_teams",
+    "JOB",
+    "TWO_TEAMS",
+    "Cluster",
+    "PreemptionPolicy",
+    "gpu_job",
+    "make",
+    "queue",
+    "two_teams",
 ]

@@ -11,8 +11,6 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubequeue.admission.cycle import AdmissionCycle
-from kubequeue.admission.notices import Notice
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.binding import cost, slots
 from kubequeue.capacity.cache import CapacityCache
@@ -20,7 +18,7 @@ from kubequeue.labels import ADMITTED_AT
 from kubequeue.resources import GPU
 from kubequeue.scheduling import NodeConstraints
 from unit import builders as b
-from unit.simcluster import JOB, gpu_job, make
+from unit.simcluster import JOB, accept_admissions, bind_gpu_pod, gpu_job, make
 
 _GPUS: dict[str, tuple[int, int]] = {}  # job -> (GPUs per pod, pods), for the fake API server
 
@@ -30,25 +28,9 @@ def _submit(tracker: JobTracker, name: str, gpus: int, second: int, pods: int = 
     tracker.observe(JOB, gpu_job(name, "default", gpus, second, parallelism=pods))
 
 
-def _admit(tracker: JobTracker, cycle: AdmissionCycle) -> tuple[list[str], list[Notice]]:
-    """A cycle whose admissions the API server accepts; no pod is bound yet."""
-    result = cycle.run()
-    for a in result.admitted:
-        name = a.job.key[2]
-        gpus, pods = _GPUS[name]
-        obj = gpu_job(name, "default", gpus, 0, parallelism=pods)
-        obj["spec"]["suspend"] = False
-        obj["metadata"]["annotations"] = {ADMITTED_AT: "now"}
-        obj["metadata"]["resourceVersion"] = "2"
-        tracker.admission_succeeded(a.job.key, JOB, obj)
-    return [a.job.key[2] for a in result.admitted], result.notices
-
-
 def _bind(tracker: JobTracker, job: str, node: str, index: int = 0) -> str:
-    gpus = _GPUS[job][0]
     uid = f"{job}-{index}"
-    pod = b.pod(uid, node, {"cpu": "1", GPU: str(gpus)}, owner_job=job, uid=uid)
-    tracker.pod_changed(tracker.cache.upsert_pod(pod, (("Job", "default", job), None)))
+    bind_gpu_pod(tracker, job, node, _GPUS[job][0], uid)
     return uid
 
 
@@ -121,14 +103,14 @@ def test_a_job_that_could_take_an_unbound_pods_room_waits_until_it_is_bound() ->
     _submit(tracker, "small", 1, 1)
     # big is held on a, small would be held on b; but the scheduler, if it sees small's pod
     # first, may bind it on a (LeastAllocated would), and then big has no node.
-    admitted, notices = _admit(tracker, cycle)
+    admitted, notices = accept_admissions(tracker, cycle)
     assert admitted == ["big"]
     waiting = [n for n in notices if n.key[2] == "small"]
     assert waiting and "not bound to nodes yet" in waiting[-1].message
     assert tracker.queue.get(("Job", "default", "small")).binding_since == 0.0
-    assert _admit(tracker, cycle)[0] == []  # nothing was bound: still waits
+    assert accept_admissions(tracker, cycle)[0] == []  # nothing was bound: still waits
     _bind(tracker, "big", "a")
-    assert _admit(tracker, cycle)[0] == ["small"]
+    assert accept_admissions(tracker, cycle)[0] == ["small"]
 
 
 def test_without_the_guard_both_are_admitted_and_the_scheduler_can_strand_one() -> None:
@@ -137,7 +119,7 @@ def test_without_the_guard_both_are_admitted_and_the_scheduler_can_strand_one() 
     _fill(tracker, "b", 7)
     _submit(tracker, "big", 8, 0)
     _submit(tracker, "small", 1, 1)
-    assert _admit(tracker, cycle)[0] == ["big", "small"]
+    assert accept_admissions(tracker, cycle)[0] == ["big", "small"]
     _bind(tracker, "small", "a")  # a legal choice for the scheduler
     nodes = tracker.cache.nodes
     bound_free = {n: nodes[n].free[GPU] + nodes[n].reserved.get(GPU, 0) for n in "ab"}
@@ -152,11 +134,11 @@ def test_the_wait_is_bounded_so_pods_never_bound_cannot_stop_the_queue() -> None
     _fill(tracker, "b", 7)
     _submit(tracker, "big", 8, 0)
     _submit(tracker, "small", 1, 1)
-    assert _admit(tracker, cycle)[0] == ["big"]
+    assert accept_admissions(tracker, cycle)[0] == ["big"]
     now[0] = 9.0
-    assert _admit(tracker, cycle)[0] == []
+    assert accept_admissions(tracker, cycle)[0] == []
     now[0] = 10.0  # big's pod never showed up
-    assert _admit(tracker, cycle)[0] == ["small"]
+    assert accept_admissions(tracker, cycle)[0] == ["small"]
 
 
 def test_jobs_behind_a_waiting_job_wait_too() -> None:
@@ -167,18 +149,18 @@ def test_jobs_behind_a_waiting_job_wait_too() -> None:
     )
     _fill(tracker, "b", 6)  # b: 2 GPUs free
     _submit(tracker, "x", 1, 0)
-    assert _admit(tracker, cycle)[0] == ["x"]  # held on b
+    assert accept_admissions(tracker, cycle)[0] == ["x"]  # held on b
     _submit(tracker, "whole", 8, 1)
     _submit(tracker, "one", 1, 2)
     # whole could lose a to x's pod; one alone would be safe (b has room for both 1-GPU pods
     # in the worst case), but waits behind whole.
-    admitted, notices = _admit(tracker, cycle)
+    admitted, notices = accept_admissions(tracker, cycle)
     assert admitted == []
     assert {n.key[2] for n in notices if "not bound" in n.message} == {"whole", "one"}
     _bind(tracker, "x", "b")
-    assert _admit(tracker, cycle)[0] == ["whole"]
+    assert accept_admissions(tracker, cycle)[0] == ["whole"]
     _bind(tracker, "whole", "a")
-    assert _admit(tracker, cycle)[0] == ["one"]
+    assert accept_admissions(tracker, cycle)[0] == ["one"]
 
 
 def test_a_shape_short_before_the_job_does_not_hold_back_jobs_that_leave_it_as_it_is() -> None:
@@ -188,12 +170,12 @@ def test_a_shape_short_before_the_job_does_not_hold_back_jobs_that_leave_it_as_i
         [], b.node("a", gpu=8), b.node("c", cpu="64", gpu=0), clock=lambda: 0.0, binding_wait=0
     )
     _submit(tracker, "big", 8, 0)
-    assert _admit(tracker, cycle)[0] == ["big"]
+    assert accept_admissions(tracker, cycle)[0] == ["big"]
     _fill(tracker, "a", 1)  # someone else's pod took one of the GPUs held for big
     cycle.binding_wait = 10.0
     tracker.observe(JOB, b.job("cpu-only", {"cpu": "1"}, created="2026-01-01T00:00:05Z"))
     _GPUS["cpu-only"] = (0, 1)
-    assert _admit(tracker, cycle)[0] == ["cpu-only"]
+    assert accept_admissions(tracker, cycle)[0] == ["cpu-only"]
 
 
 # ---------------------------------------------------------------- whatever the scheduler does
@@ -250,7 +232,7 @@ def _play(seed: int, policy: str, binding_wait: float) -> None:
             break
         r = rng.random()
         if r < 0.3 or (not pending and not bound):
-            for name in _admit(tracker, cycle)[0]:
+            for name in accept_admissions(tracker, cycle)[0]:
                 pending += [(name, k) for k in range(_GPUS[name][1])]
                 bound[name] = []
         elif r < 0.8 and pending:

@@ -12,30 +12,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubequeue.admission.cycle import AdmissionCycle
-from kubequeue.admission.notices import Notice
-from kubequeue.admission.tracker import JobTracker
 from kubequeue.labels import ADMITTED_AT
 from kubequeue.resources import GPU
 from unit import builders as b
-from unit.simcluster import JOB, gpu_job, make
-
-
-def _admit_all(tracker: JobTracker, cycle: AdmissionCycle) -> tuple[list[str], list[Notice]]:
-    """Run a cycle; the API server accepts every admission (no pod is bound yet)."""
-    result = cycle.run()
-    for a in result.admitted:
-        obj = gpu_job(a.job.key[2], "default", int(a.job.pod_sets[0].request[GPU] // 1000), 0)
-        obj["spec"]["suspend"] = False
-        obj["metadata"]["annotations"] = {ADMITTED_AT: "now"}
-        obj["metadata"]["resourceVersion"] = "2"
-        tracker.admission_succeeded(a.job.key, JOB, obj)
-    return [a.job.key[2] for a in result.admitted], result.notices
-
-
-def _bind(tracker: JobTracker, job: str, node: str, gpus: int, uid: str) -> None:
-    pod = b.pod(f"{job}-0", node, {"cpu": "1", GPU: str(gpus)}, owner_job=job, uid=uid)
-    tracker.pod_changed(tracker.cache.upsert_pod(pod, (("Job", "default", job), None)))
+from unit.simcluster import JOB, accept_admissions, bind_gpu_pod, gpu_job, make
 
 
 def test_room_released_by_a_displaced_pod_is_owed_to_the_hold_it_displaced() -> None:
@@ -46,21 +26,21 @@ def test_room_released_by_a_displaced_pod_is_owed_to_the_hold_it_displaced() -> 
     tracker.cache.upsert_pod(b.pod("other", "b", {"cpu": "1", GPU: "7"}, uid="other"), None)
     for second, (name, gpus) in enumerate([("big", 8), ("small", 1), ("late", 1)]):
         tracker.observe(JOB, gpu_job(name, "default", gpus, second))
-    assert _admit_all(tracker, cycle)[0] == ["big", "small"]  # big held on a, small on b
+    assert accept_admissions(tracker, cycle)[0] == ["big", "small"]  # big held on a, small on b
     # The scheduler puts small's pod on a, where big's 8 GPUs are held; big's hold cannot move
     # (b has 1 GPU free: the one small was meant to use). Admitting late there would ask 10
     # GPUs of the 9 the two nodes have left.
-    _bind(tracker, "small", "a", 1, "small-0")
-    admitted, notices = _admit_all(tracker, cycle)
+    bind_gpu_pod(tracker, "small", "a", 1, "small-0")
+    admitted, notices = accept_admissions(tracker, cycle)
     assert admitted == []
     assert tracker.reservations.debt()[GPU] == 1000
     queued = [n for n in notices if n.key[2] == "late"]
     assert queued and "placed admitted pods elsewhere than planned" in queued[-1].message
     # Once per job, not once per change of the amount owed (thousands of queued jobs).
-    assert _admit_all(tracker, cycle)[1] == []
+    assert accept_admissions(tracker, cycle)[1] == []
     # The other pod ends: big's hold moves to b, the debt is paid, late is admitted on a.
     tracker.pod_changed(tracker.cache.delete_pod("other"))
-    assert _admit_all(tracker, cycle)[0] == ["late"]
+    assert accept_admissions(tracker, cycle)[0] == ["late"]
     assert tracker.reservations.debt() == {}
 
 
@@ -72,8 +52,9 @@ def test_admitted_demand_never_exceeds_the_cluster_whatever_the_scheduler_does(s
     never exceed the cluster's (the old cycle broke this within a few steps on most seeds)."""
     rng = random.Random(seed)
     nodes = 6
-    tracker, cycle = make([], *(b.node(f"n{i}", cpu="64", memory="512Gi", gpu=8)
-                                for i in range(nodes)))
+    tracker, cycle = make(
+        [], *(b.node(f"n{i}", cpu="64", memory="512Gi", gpu=8) for i in range(nodes))
+    )
     shapes: dict[str, tuple[int, int]] = {}
     for i in range(80):
         gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
