@@ -13,7 +13,8 @@ e2e/kueue). Both get the same API server flags and the same client QPS/burst.
   nodes); a mix of 1/2/4/8-GPU jobs and 4 x 2-GPU gangs; GPU utilisation over time, jobs
   finished per minute, and admitted pods left Pending unschedulable for > 10 s (watched).
 - baseline: Kueue's own scheduler-performance mix (30 queues; small/medium/large CPU jobs
-  arriving at fixed intervals, priorities 50/100/200), scaled by ``scale``.
+  arriving at fixed intervals, priorities 50/100/200), scaled by ``scale``; wall, usage, time to
+  admission per class, and admitted pods left Pending unschedulable for > 10 s.
 """
 
 from __future__ import annotations
@@ -678,6 +679,7 @@ async def baseline(cluster: LocalCluster, system: System, settings: Settings) ->
                 while True:
                     await anyio.sleep(1)
                     usage.append(sum(pods.cpu_by_node.values()) / (queues * 20))
+                    pods.check_stuck()
 
             tg.start_soon(sample)
             async with anyio.create_task_group() as feeders:
@@ -700,6 +702,8 @@ async def baseline(cluster: LocalCluster, system: System, settings: Settings) ->
         "wall_s": wall,
         "usage_mean": sum(usage) / len(usage) if usage else float("nan"),
         **{f"avg_wait_{c}_s": sum(v) / len(v) for c, v in per_class.items() if v},
+        # Admitted by quota is not placed: a 20-CPU pod needs one empty node.
+        "admitted_pods_unschedulable_over_10s": len(pods.stuck),
     }
 
 
