@@ -78,7 +78,12 @@ class WebhookServer:
         app = web.Application(client_max_size=8 * 2**20)
         for name, mutator in _MUTATORS.items():
             app.router.add_post(f"/mutate/{name}", self._handler(mutator))
-        runner = web.AppRunner(app, access_log=None)
+        # After refusing a body over client_max_size, aiohttp keeps reading and discarding the
+        # rest for lingering_time (10 s by default) so the client can read the 413; meanwhile
+        # the connection is held and shutdown waits for it. The API server never sends a review
+        # that large (its own request limit is 3 MiB), so only a hostile or broken client is
+        # lingered for, and a second is enough for it to read the answer.
+        runner = web.AppRunner(app, access_log=None, lingering_time=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, ssl_context=self._ssl())
         await site.start()
