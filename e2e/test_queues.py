@@ -176,3 +176,51 @@ async def test_strict_fifo_blocks_only_its_queue_and_unknown_queues_wait_for_cre
     await queues.create("team-z")
     await wait_until("lost admitted once its queue exists",
                      lambda: _admitted(kubectl, namespace, "lost"))
+
+
+async def test_a_starved_whole_node_job_gets_a_node_drained_across_queues(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    queues: Queues,
+) -> None:
+    """Holding a queue's line is not enough when the small jobs that refill a node come from
+    another queue: past the starvation timeout the big job gets the node held for it, the
+    other queue's waiting jobs stay off it, and the big job starts once it has drained."""
+    await fake_nodes.create(NodeSpec("gpu", gpus=8))
+    await queues.create("whole")
+    await queues.create("small")
+    kq = await kube_queue("--starvation-timeout=3")
+    small = queues.label("small")
+    # The node full of 2-GPU jobs of the other queue, ending one after another.
+    for i, run_for in enumerate(["6s", "9s", "12s", "15s"]):
+        await kubectl.apply(job(f"run{i}", gpus=2, run_for=run_for, labels=small),
+                            "-n", namespace)
+
+    async def node_full() -> bool:
+        states = await suspended_states(kubectl, namespace)
+        return len(states) == 4 and not any(states.values())
+
+    await wait_until("the node full of small jobs", node_full)
+    await kubectl.apply(job("big", gpus=8, run_for="600s", labels=queues.label("whole")),
+                        "-n", namespace)
+    await asyncio.sleep(1.1)  # creation timestamps are whole seconds: big is the oldest waiting
+    for i in range(4):
+        await kubectl.apply(job(f"next{i}", gpus=2, labels=small), "-n", namespace)
+
+    async def big_admitted() -> dict[str, bool] | None:
+        states = await suspended_states(kubectl, namespace)
+        return states if not states["big"] else None
+
+    states = await wait_until("big admitted once the held node drained", big_admitted, 60)
+    assert all(states[f"next{i}"] for i in range(4)), f"nothing refilled the node: {states}"
+    held = [e for e in await events_for(kubectl, namespace, "big") if e["reason"] == "NodesHeld"]
+    assert held and "node(s) gpu-" in held[0]["message"], held
+    assert held[0]["message"].endswith("are held for it; no other job starts there until it fits")
+    waiting = [e["message"] for e in await events_for(kubectl, namespace, "next0")
+               if e["reason"] == "Queued"]
+    assert any("held for a job that has waited past the starvation timeout" in m
+               for m in waiting), waiting
+    # The log says which nodes were held for whom, and why the hold ended.
+    taken = kq.log_events("queue.node_hold")[0]
+    assert taken["job"] == f"Job/{namespace}/big" and taken["nodes"][0].startswith("gpu-"), taken
+    released = kq.log_events("queue.node_hold_released")[0]
+    assert released["job"] == f"Job/{namespace}/big" and released["why"] == "admitted", released

@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=1800.0,
         help="seconds a job may wait (BestEffortFIFO) before jobs behind it stop jumping ahead "
-        "of it (0: never)",
+        "of it and nodes are held for it across queues until it fits (0: never)",
     )
     run.add_argument(
         "--max-inflight",

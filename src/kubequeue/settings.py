@@ -73,7 +73,8 @@ class Settings:
     BestEffortFIFO, lets smaller jobs behind it run; invalid and never-fitting jobs never block."""
     starvation_seconds: float = 1800.0
     """Under BestEffortFIFO, a job that has waited this long (since creation) without fitting
-    stops backfilling behind it, so big gang jobs cannot starve. 0 disables."""
+    stops backfilling behind it, and (one job at a time) gets the nodes where it would fit
+    soonest held for it across all queues, so big gang jobs cannot starve. 0 disables both."""
     preemption: str = "never"
     """For jobs in the implicit queue (no Queue objects): "lower-priority" lets a job that does
     not fit preempt lower-priority jobs (Queues set their own spec.preemption)."""

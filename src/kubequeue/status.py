@@ -57,6 +57,10 @@ def why(job: QueuedJob, cycle: AdmissionCycle | None, head: QueuedJob | None) ->
         )
         strategy = "StrictFIFO" if strict else "its head has waited past the starvation timeout"
         return f"behind {queue}'s head {head.key[1]}/{head.key[2]} ({strategy})"
+    hold = cycle.hold if cycle is not None else None
+    if hold is not None and hold.key == job.key:
+        held = f"node(s) {hold.describe()} held for it (waited past the starvation timeout)"
+        return f"{job.wait_reason}; {held}" if job.wait_reason else held
     return job.wait_reason or "not evaluated yet"
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import structlog
 
 from kubequeue import resources
+from kubequeue.admission.node_hold import NodeHold, blocking_node, plan_hold
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.parking import END, Parking, Position
 from kubequeue.admission.preemption import Preemption, PreemptionPolicy, plan_preemption
@@ -115,6 +116,11 @@ class AdmissionCycle:
         self._wall_clock = wall_clock
         # Per queue, the job that held the rest of its line back in the last cycle.
         self.blocked: dict[str, QueuedJob] = {}
+        # Nodes held across queues for one starved job (admission/node_hold.py), and per job,
+        # when no nodes could be found for it (demand, node set generation, wall clock): not
+        # tried again until one of them moves on.
+        self.hold: NodeHold | None = None
+        self._no_hold: dict[tuple[str, str, str], tuple[object, int, float]] = {}
         self.explain_budget = explain_budget
         self.report_interval = report_interval
         self._clock = clock
@@ -161,6 +167,7 @@ class AdmissionCycle:
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
+        hold = self._current_hold()
         # One instant for the whole cycle: whether an explanation is stale must not depend on
         # how long the jobs before it took (parking decides it for the jobs it leaves out).
         instant = self._clock()
@@ -236,6 +243,8 @@ class AdmissionCycle:
             ):
                 waiting += 1
                 stop = may_block and not job.over_quota and self._blocks(line, job, starved_before)
+                if hold is None and job.failed_at == generation:
+                    hold = self._take_hold(result, job, starved_before)
                 if not stop and line.parks and parking is not None:
                     memo = job.quota_checked
                     if memo is not None and self._still_refused(job):
@@ -258,9 +267,15 @@ class AdmissionCycle:
                 quota_ok = True
                 if placed is not None and job.queue:  # step 4: policy
                     quota_ok = self._quota_allows(result, job)
+                held_on = (
+                    blocking_node(hold, job.pod_sets, cache)
+                    if hold is not None and placed is not None and quota_ok and job.key != hold.key
+                    else None
+                )
                 if (
                     placed is not None
                     and quota_ok
+                    and held_on is None
                     and guard is not None
                     and (holder is not None or self._waits_for_binding(guard, job, instant))
                 ):
@@ -274,7 +289,10 @@ class AdmissionCycle:
                     waiting += 1
                     self._report_binding(result, job)
                     continue
-                if placed is not None and quota_ok:
+                if placed is not None and quota_ok and held_on is None:
+                    if hold is not None and job.key == hold.key:
+                        self._release_hold("admitted")
+                        hold = None
                     borrowing = bool(job.queue) and _borrows(ledger, job)
                     if guard is not None:
                         guard.holding()
@@ -294,7 +312,7 @@ class AdmissionCycle:
                     # paid by a relocation, which changes no generation.)
                     job.failed_at = generation
                 policy = line.policy
-                if policy is not None:  # step 6: make room
+                if policy is not None and held_on is None:  # step 6: make room
                     preempting = self._preempt(result, job, policy, quota=not quota_ok)
                     if preempting and walk is not None:
                         walk.admitted()
@@ -306,8 +324,12 @@ class AdmissionCycle:
                 waiting += 1
                 if owed:
                     self._owed(result, job)
+                elif held_on is not None and hold is not None:
+                    self._report_held(result, job, hold, held_on)
                 elif placed is None and budget > 0 and self._explain(result, job, instant):
                     budget -= 1  # step 7
+                if hold is None and placed is None and not owed:
+                    hold = self._take_hold(result, job, starved_before)
                 stop = (
                     may_block
                     and not job.never_fits
@@ -339,6 +361,114 @@ class AdmissionCycle:
         self._note_blocking(blocked)
         self._note_binding(holder)
         return result
+
+    def _current_hold(self) -> NodeHold | None:
+        """The hold carried over from the last cycle, if it still stands: its job still waits
+        as it was planned for, on the same nodes, and has not waited out another starvation
+        timeout on them (then its nodes are planned again from the cluster as it is)."""
+        hold = self.hold
+        if hold is None:
+            return None
+        if not self.starvation_seconds:
+            self._release_hold("the starvation guard is off")
+            return None
+        job = self.tracker.queue.get(hold.key)
+        if job is None or job.key in self.tracker.inflight:
+            self._release_hold("its job left the queue")
+            return None
+        if job.problem is not None or job.never_fits:
+            self._release_hold("its job cannot be admitted as it is")
+            return None
+        now = self._wall_clock()
+        if (
+            job.pod_sets is hold.pod_sets
+            and hold.nodes_generation == self.tracker.cache.nodes_generation
+            and now - hold.since < self.starvation_seconds
+        ):
+            return hold
+        planned = plan_hold(self.tracker, job, now)
+        if planned is None:
+            self._release_hold("no nodes can drain enough for it any more")
+            return None
+        if planned.nodes != hold.nodes:
+            log.info(
+                "queue.node_hold_moved",
+                job="/".join(hold.key),
+                nodes=list(planned.nodes),
+                was=list(hold.nodes),
+                why="nodes or its demand changed, or the held nodes did not drain in another "
+                "starvation timeout",
+            )
+        self.hold = planned
+        return planned
+
+    def _take_hold(
+        self, result: CycleResult, job: QueuedJob, starved_before: float
+    ) -> NodeHold | None:
+        """Hold nodes for a starved job that does not fit though its quota would allow it
+        (admission/node_hold.py); None if it is not starved or no nodes would do."""
+        if (
+            not self.starvation_seconds
+            or job.created_epoch >= starved_before
+            or job.never_fits
+            or job.over_quota
+        ):
+            return None
+        tracker = self.tracker
+        if job.queue and not tracker.ledger.check(job.queue, job.demand).allowed:
+            return None  # it waits for quota: held nodes would only idle
+        now = self._wall_clock()
+        generation = tracker.cache.nodes_generation
+        memo = self._no_hold.get(job.key)
+        if (
+            memo is not None
+            and memo[0] is job.pod_sets
+            and memo[1] == generation
+            and now - memo[2] < self.report_interval
+        ):
+            return None
+        hold = plan_hold(tracker, job, now)
+        if hold is None:
+            if len(self._no_hold) > 10_000:
+                self._no_hold.clear()
+            self._no_hold[job.key] = (job.pod_sets, generation, now)
+            return None
+        self._no_hold.pop(job.key, None)
+        self.hold = hold
+        waited = now - job.created_epoch
+        log.info(
+            "queue.node_hold",
+            job="/".join(job.key),
+            queue=job.queue or None,
+            nodes=list(hold.nodes),
+            waited_s=round(waited),
+            why="it has waited longer than the starvation timeout and does not fit; nothing "
+            "else starts on these nodes until it does",
+        )
+        self._report(
+            result,
+            job,
+            "Normal",
+            "NodesHeld",
+            f"waited longer than the starvation timeout ({self.starvation_seconds:.0f}s): "
+            f"node(s) {hold.describe()} are held for it; no other job starts there until "
+            "it fits",
+        )
+        return hold
+
+    def _release_hold(self, why: str) -> None:
+        hold = self.hold
+        if hold is not None:
+            log.info("queue.node_hold_released", job="/".join(hold.key), why=why)
+        self.hold = None
+
+    def _report_held(self, result: CycleResult, job: QueuedJob, hold: NodeHold, node: str) -> None:
+        holder = f"{hold.key[0]} {hold.key[1]}/{hold.key[2]}"
+        job.wait_reason = (
+            f"it fits, but a pod could land on node {node}, held for {holder} (waited past "
+            "the starvation timeout)"
+        )
+        self._report(result, job, "Normal", "Queued", f"waiting: {HELD}")
 
     def _waits_for_binding(self, guard: BindingGuard, job: QueuedJob, instant: float) -> bool:
         """Whether a job that fits waits for pods in flight to be bound first (see
@@ -999,6 +1129,11 @@ _FITS: list[Assignment] = []
 BINDING = (
     "pods admitted before it are not bound to nodes yet and room is tight: admitted now, the "
     "scheduler could bind them where another admitted pod needs room; admitted as they are bound"
+)
+
+HELD = (
+    "it fits, but a node it could start on is held for a job that has waited past the "
+    "starvation timeout; it starts once that job does, or where other room frees"
 )
 
 OWED = (
