@@ -257,21 +257,26 @@ class AdmissionCycle:
                 # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
                 # and the quota verdict matters only for jobs that do.
                 owed = headroom is not None and not _affordable(job.demand, headroom)
+                # A pod of it could land on a node held for a starved job: it is not admitted
+                # whether or not it fits, so a fit of its shape found earlier in this cycle (at
+                # the same capacity) answers for it.
+                held_on = (
+                    blocking_node(hold, job.pod_sets, cache)
+                    if hold is not None and job.key != hold.key
+                    else None
+                )
                 placed = (
                     None
                     if owed
                     else _FITS
-                    if holder is not None and shortcuts.known_to_fit(job)
+                    if (holder is not None or held_on is not None) and shortcuts.known_to_fit(job)
                     else shortcuts.place(job, cache)
                 )
                 quota_ok = True
                 if placed is not None and job.queue:  # step 4: policy
                     quota_ok = self._quota_allows(result, job)
-                held_on = (
-                    blocking_node(hold, job.pod_sets, cache)
-                    if hold is not None and placed is not None and quota_ok and job.key != hold.key
-                    else None
-                )
+                if placed is None or not quota_ok:
+                    held_on = None  # it waits for capacity or quota, as without the hold
                 if (
                     placed is not None
                     and quota_ok
@@ -284,12 +289,12 @@ class AdmissionCycle:
                     # admitted, so one fit per shape tells the rest of the shape.
                     if holder is None:
                         holder = job
-                        shortcuts.hold_capacity()
                     shortcuts.fitted(job)
                     waiting += 1
                     self._report_binding(result, job)
                     continue
                 if placed is not None and quota_ok and held_on is None:
+                    shortcuts.taken()
                     if hold is not None and job.key == hold.key:
                         self._release_hold("admitted")
                         hold = None
@@ -314,6 +319,8 @@ class AdmissionCycle:
                 policy = line.policy
                 if policy is not None and held_on is None:  # step 6: make room
                     preempting = self._preempt(result, job, policy, quota=not quota_ok)
+                    if preempting:
+                        shortcuts.taken()
                     if preempting and walk is not None:
                         walk.admitted()
                     if parking is not None and walk is not None:
@@ -963,12 +970,13 @@ class _Shortcuts:
         self._may_fit: dict[tuple[int, int], bool] = {}  # (shape, failed generation) -> rule 2
         self._freed: dict[int, list[str] | None] = {}  # generation -> distinct nodes freed since
         self._feasible: dict[int, frozenset[str]] = {}  # one-pod-set shape -> its feasible nodes
-        # One-pod-set shape -> most pods found to fit since the cycle stopped admitting (None:
-        # it has not): capacity no longer changes in the cycle, so fewer pods fit too.
-        self._fitting: dict[int, int] | None = None
+        # One-pod-set shape -> most pods found to fit at the capacity as it is now in this
+        # cycle: until capacity is taken again (an admission, a preemption's hold), fewer pods
+        # of the shape fit too. Emptied by ``taken``.
+        self._fitting: dict[int, int] = {}
 
     def start(self, cache: CapacityCache) -> None:
-        self._fitting = None
+        self._fitting = {}
         if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
             self._sync(cache)
         if len(self._ids) > 100_000:  # ids are never reused, so forgetting is always safe
@@ -1034,34 +1042,35 @@ class _Shortcuts:
             placed, fitted = place_counted(ps, cache)
             if placed is None:
                 self._now[shape] = fitted
+            elif fitted > self._fitting.get(shape, 0):
+                self._fitting[shape] = fitted
             return placed
         if failed is not None and not self._helps(shape, job, failed[0], cache):
             return None
         return place(pod_sets, cache)
 
-    def hold_capacity(self) -> None:
-        """Nothing more is admitted this cycle: fits found from now on stay true for it."""
-        self._fitting = {}
+    def taken(self) -> None:
+        """Capacity was taken in the cycle: fits found before may no longer hold."""
+        if self._fitting:
+            self._fitting = {}
 
     def fitted(self, job: QueuedJob) -> None:
-        """A job found to fit while nothing more is admitted (see hold_capacity)."""
-        fitting = self._fitting
+        """A job found to fit at the capacity as it is (see ``known_to_fit``)."""
         memo = job.shape
-        if fitting is not None and memo is not None and len(job.pod_sets) == 1:
+        if memo is not None and len(job.pod_sets) == 1:
             count = job.pod_sets[0].count
-            if count > fitting.get(memo[1], 0):
-                fitting[memo[1]] = count
+            if count > self._fitting.get(memo[1], 0):
+                self._fitting[memo[1]] = count
 
     def known_to_fit(self, job: QueuedJob) -> bool:
-        """Whether a job of its shape with at least as many pods fitted since hold_capacity."""
-        fitting = self._fitting
+        """Whether a job of its shape with at least as many pods fitted since capacity was
+        last taken in this cycle."""
         memo = job.shape
         return (
-            fitting is not None
-            and memo is not None
+            memo is not None
             and memo[0] is job.pod_sets
             and len(job.pod_sets) == 1
-            and fitting.get(memo[1], 0) >= job.pod_sets[0].count
+            and self._fitting.get(memo[1], 0) >= job.pod_sets[0].count
         )
 
     def _latest_room(self, shape: int, ps: PodSet, cache: CapacityCache) -> int | None:
