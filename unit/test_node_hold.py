@@ -214,3 +214,24 @@ def test_status_says_which_nodes_are_held_for_whom() -> None:
     why = {row["name"]: row["why"] for row in job_rows(c.tracker, c.cycle, now=clock.now)}
     assert why["big"].endswith("; node(s) n1 held for it (waited past the starvation timeout)")
     assert why["b8"].startswith("it fits, but a pod could land on node n1, held for Job ns-a/big")
+
+
+def test_the_jobs_a_hold_keeps_waiting_are_told_within_the_reasons_budget() -> None:
+    """A hold can keep thousands of jobs waiting; their Events share the API server with the
+    admissions, so they come a budget's worth per cycle, once per job."""
+    clock = Clock()
+    c = crowded(60.0, clock, explain_budget=3)
+    clock.now = START + 75.0
+    on_n1 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n1"]
+    c.finish(on_n1[0])
+    told: list[str] = []
+    for _ in range(4):
+        assert c.cycle_admits() == []
+        held = [n.key[2] for n in c.last.notices if n.reason == "Queued" and "held" in n.message]
+        assert len(held) <= 3
+        told += held
+    assert sorted(told) == sorted(f"b{i}" for i in range(8, 16)), "each waiting job, once"
+    assert all(
+        "held for Job ns-a/big" in job.wait_reason
+        for job in c.tracker.queue.ordered("team-b")
+    )

@@ -332,7 +332,10 @@ class AdmissionCycle:
                 if owed:
                     self._owed(result, job)
                 elif held_on is not None and hold is not None:
-                    self._report_held(result, job, hold, held_on)
+                    # Its Event counts against the reasons' budget: a hold can keep thousands
+                    # of jobs waiting at once, and Events share the API server with admissions.
+                    if self._report_held(result, job, hold, held_on, budget > 0):
+                        budget -= 1
                 elif placed is None and budget > 0 and self._explain(result, job, instant):
                     budget -= 1  # step 7
                 if hold is None and placed is None and not owed:
@@ -469,13 +472,19 @@ class AdmissionCycle:
             log.info("queue.node_hold_released", job="/".join(hold.key), why=why)
         self.hold = None
 
-    def _report_held(self, result: CycleResult, job: QueuedJob, hold: NodeHold, node: str) -> None:
+    def _report_held(
+        self, result: CycleResult, job: QueuedJob, hold: NodeHold, node: str, event: bool
+    ) -> bool:
+        """Say why it waits (``kube-queue status``), and with an Event if ``event``; True if
+        an Event was due (one per job while the text stays the same)."""
         holder = f"{hold.key[0]} {hold.key[1]}/{hold.key[2]}"
         job.wait_reason = (
             f"it fits, but a pod could land on node {node}, held for {holder} (waited past "
             "the starvation timeout)"
         )
-        self._report(result, job, "Normal", "Queued", f"waiting: {HELD}")
+        if not event:
+            return False
+        return self._report(result, job, "Normal", "Queued", f"waiting: {HELD}")
 
     def _waits_for_binding(self, guard: BindingGuard, job: QueuedJob, instant: float) -> bool:
         """Whether a job that fits waits for pods in flight to be bound first (see
@@ -768,14 +777,17 @@ class AdmissionCycle:
 
     def _report(
         self, result: CycleResult, job: QueuedJob, type_: str, reason: str, msg: str
-    ) -> None:
+    ) -> bool:
+        """Queue a notice unless this very one was the job's last of its reason; True if
+        queued."""
         reported = job.reported
         if reported is None:
             reported = job.reported = {}
         elif reported.get(reason) == msg:
-            return
+            return False
         reported[reason] = msg
         result.notices.append(Notice(job.key, job.uid, type_, reason, msg))
+        return True
 
 
 @dataclass(frozen=True, slots=True)
