@@ -548,3 +548,40 @@ def test_a_quota_parked_job_the_walk_has_not_reached_is_judged_again_after_an_ad
         ("cycle",),
     ]
     check(config, nodes, jobs, ops)
+
+
+def test_a_due_job_that_does_not_spend_the_explanation_budget_leaves_it_to_the_next() -> None:
+    """Capacity was freed, so parked jobs are evaluated and the budget (1) goes to the first of
+    them whose reason is stale. The first such job of the line, woken for it, does not spend
+    it: it is admitted, or refused by its quota. The next due job of the line (which nothing
+    freed can make fit) is then explained, as with every job visited."""
+    team = ("BestEffortFIFO", None, 4, False, False, 1)
+    config = {
+        "tree": False,
+        "research_max": None,
+        "teams": [team] * 3,
+        "strict": False,
+        "preempt": False,
+        "starvation": 0.0,
+        "budget": 1,
+        "interval": 5.0,
+        "requeue_timeout": 0.0,
+    }
+    nodes = [("node", 0, 8, "a", True)]
+    jobs = [
+        ("submit", 0, 0, 3, 2, None, None, 1, None),  # j00: 2 pods of 3 GPUs, last in line
+        ("submit", 1, 0, 1, 2, None, None, 0, None),  # j01 and j02: 2 pods of 1 GPU
+        ("submit", 2, 0, 1, 2, None, None, 0, None),
+    ]
+    ops = [
+        ("other_start", 0, 4),
+        ("other_start", 0, 4),  # n0 is full
+        ("cycle",),  # nothing fits; j01 is explained (the budget), all three are parked
+        ("other_end", 0),  # 4 GPUs free: j01 wakes (its shape fits), j02 for its explanation
+        ("cycle",),  # j01 and j02 are admitted: the budget is left to j00
+    ]
+    check(config, nodes, jobs, ops)
+    # The same in team-a, whose max of 2 GPUs refuses j02 once j01 is admitted.
+    check(
+        {**config, "tree": True, "teams": [(*team[:2], 2, *team[3:]), team, team]}, nodes, jobs, ops
+    )

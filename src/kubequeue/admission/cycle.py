@@ -213,9 +213,11 @@ class AdmissionCycle:
             if lines
             else None
         )
-        jobs: Iterable[QueuedJob] = (
-            () if walk is None else walk if parking is None else parking.follow(walk, walk)
-        )
+        jobs: Iterable[QueuedJob] = ()
+        if walk is not None:
+            # Parking reads the explanation budget as the walk has left it: a job it woke for
+            # its explanation that does not spend it leaves it to the next due job of its line.
+            jobs = walk if parking is None else parking.follow(walk, walk, lambda: budget)
         may_block = bool(self.starvation_seconds) or self.strict_fifo or bool(tree)
         lines_info = self._lines_info(tree)
         # One line: every job is in it, so its info is looked up once, not once per job.

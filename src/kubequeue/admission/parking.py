@@ -34,11 +34,15 @@ What the walk would still do with a parked job, and how it is kept:
   changes the walk. Jobs are parked only in lines that neither preempt nor are StrictFIFO, and
   only while not starved (they wake when they would be); when an unparked job blocks a line,
   the parked jobs behind it wake (the walk does not reach them, so they are not counted).
-- explanations: the first ``explain_budget`` evaluated jobs with a stale explanation are
-  explained, in walk order. Those among the parked are kept per line in walk order ("due");
-  when capacity was freed (parked jobs are evaluated), the first ``budget`` due jobs of each
-  line wake before the walk: the ones the budget reaches are among them (explained jobs of a
-  line are a prefix of its due ones), the others are parked again after their visit.
+- explanations: the first ``explain_budget`` evaluated jobs with a stale explanation that do
+  not fit are explained, in walk order. Those among the parked are kept per line in walk order
+  ("due"); when capacity was freed (parked jobs are evaluated), the first ``budget`` due jobs
+  of each line wake before the walk. A woken due job need not spend the budget: the capacity
+  freed may let it be admitted, or its quota refuse it. So after each visit of one, the next
+  due jobs of its line wake into the walk until as many are ahead of it as the budget has left
+  (``follow``): whenever the walk reaches a due job of a line while the budget lasts, it is
+  awake, as the budget reaches exactly the jobs it would with every job visited (explained
+  jobs of a line are a prefix of its due ones); the others are parked again after their visit.
 - claim order: the walk of several lines (fair sharing) is replayed with every line's parked
   entries in place, so lines whose only jobs are parked still take their turn exactly when
   they would, and a quota job woken mid-walk is put back only if its line has not passed it.
@@ -52,7 +56,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -223,6 +227,10 @@ class Parking:
         # Jobs woken as the first of their shape the bound reaches (job -> its shape): once the
         # walk has passed one, the next of the shape is woken (``follow``).
         self._chain: dict[JobKey, _ShapeKey] = {}
+        # Jobs woken for their explanation that the walk has not visited yet (job -> its line),
+        # and how many of them each line has (``_wake_due``).
+        self._explaining: dict[JobKey, str] = {}
+        self._ahead: dict[str, int] = {}
         # Capacity and quota records per line (to wake the jobs behind a blocking one).
         self._lines: dict[str, dict[JobKey, QueuedJob]] = {}
         # Per line, a heap of the records of the parked jobs whose explanation is
@@ -290,13 +298,8 @@ class Parking:
                     self._unpark(record.entry[-1])
         self._expire(now, report_interval)
         if generation != self._stamp.generation and budget > 0:
-            for due in self._due.values():
-                woken = 0
-                while due and woken < budget:
-                    record = heapq.heappop(due)
-                    if record.live:
-                        self._unpark(record.entry[-1])
-                        woken += 1
+            for line in list(self._due):
+                self._wake_due(line, budget, None)
 
     def suspend(self) -> None:
         """A cycle is about to visit every job (it cannot tell which visits are foregone):
@@ -313,6 +316,8 @@ class Parking:
         stamp.generation = generation
         stamp.cycles += 1
         self._chain.clear()  # woken jobs the walk did not reach are visited next cycle
+        self._explaining.clear()
+        self._ahead.clear()
         self._cycle = stamp.cycles + 1
         self._walking = False
         self._ledger = None
@@ -619,10 +624,45 @@ class Parking:
                 return
             walk.insert(record.line, entry)
 
-    def follow(self, walk: Walk, jobs: Iterable[QueuedJob]) -> Iterator[QueuedJob]:
+    def _wake_due(self, line: str, budget: int, walk: Walk | None) -> None:
+        """Wake the next due jobs of the line, in walk order, until ``budget`` (what the
+        explanation budget has left) of its jobs woken for their explanation are ahead of the
+        walk. Before the walk (``walk`` None) that is the first ``budget``; in it, after each
+        visit of one: a visit that did not spend the budget (the job was admitted, refused by
+        its quota, or fitted and waits) leaves it to the next due job, which must be awake when
+        the walk reaches it. Due jobs behind the woken ones stay parked: the walk reaches them
+        only after the woken ones have spent the budget or woken them in turn."""
+        due = self._due.get(line)
+        ahead = self._ahead.get(line, 0)
+        while due and ahead < budget:
+            record = heapq.heappop(due)
+            if not record.live:
+                continue
+            entry = record.entry
+            job = entry[-1]
+            self._unpark(job)
+            if walk is not None:
+                position = walk.position(line)
+                if isinstance(position, _End) or (position is not None and entry <= position):
+                    # Cannot happen (no job is made due during a walk, and the walk has not
+                    # passed the due jobs behind a woken one); were it to, the job is visited
+                    # next cycle.
+                    log.error("parking.woken_behind_walk", job="/".join(job.key))
+                    continue
+                walk.insert(line, entry)
+            self._explaining[job.key] = line
+            ahead += 1
+        self._ahead[line] = ahead
+
+    def follow(
+        self, walk: Walk, jobs: Iterable[QueuedJob], budget: Callable[[], int]
+    ) -> Iterator[QueuedJob]:
         """The walk's jobs; after each one woken as the first of its shape, the next of its
-        shape the bound reaches is woken into the walk (``_wake_next``)."""
+        shape the bound reaches is woken into the walk (``_wake_next``); after each one woken
+        for its explanation, the next due jobs of its line as the explanation budget left now
+        (``budget()``) requires (``_wake_due``)."""
         chain = self._chain
+        explaining = self._explaining
         for job in jobs:
             yield job
             if chain:
@@ -631,6 +671,11 @@ class Parking:
                     shape = self._shapes.get(key)
                     if shape is not None:
                         self._wake_next(shape, walk)
+            if explaining:
+                line = explaining.pop(job.key, None)
+                if line is not None:
+                    self._ahead[line] -= 1
+                    self._wake_due(line, budget(), walk)
 
     def _wake_all(self) -> None:
         for jobs in list(self._lines.values()):
