@@ -206,6 +206,11 @@ async def test_a_starved_whole_node_job_gets_a_node_drained_across_queues(
     for i in range(4):
         await kubectl.apply(job(f"next{i}", gpus=2, labels=small), "-n", namespace)
 
+    async def node_held() -> bool:  # the gauge is refreshed once a second
+        return "kube_queue_held_nodes 1.0" in await kq.metrics()
+
+    await wait_until("one node held for big", node_held, 30)
+
     async def big_admitted() -> dict[str, bool] | None:
         states = await suspended_states(kubectl, namespace)
         return states if not states["big"] else None

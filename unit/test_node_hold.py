@@ -235,3 +235,22 @@ def test_the_jobs_a_hold_keeps_waiting_are_told_within_the_reasons_budget() -> N
         "held for Job ns-a/big" in job.wait_reason
         for job in c.tracker.queue.ordered("team-b")
     )
+
+
+def test_the_hold_ends_when_its_queue_can_no_longer_take_the_job() -> None:
+    from kubequeue.queueing.spec import parse_queue
+
+    clock = Clock()
+    c = crowded(60.0, clock)
+    clock.now = START + 75.0
+    on_n1 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n1"]
+    c.finish(on_n1[0])
+    assert c.cycle_admits() == []
+    assert c.cycle.hold is not None
+    capped = [dict(q) for q in TEAMS]
+    capped[0] = queue(
+        "team-a", namespaceSelector={"matchLabels": {"team": "a"}}, quota={"max": {GPU: 4}}
+    )
+    c.tracker.set_queues(parse_queue(q) for q in capped)
+    assert c.cycle_admits() == ["b8"], "n1's free room is used again"
+    assert c.cycle.hold is None

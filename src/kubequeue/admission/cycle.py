@@ -391,6 +391,11 @@ class AdmissionCycle:
         if job.problem is not None or job.never_fits:
             self._release_hold("its job cannot be admitted as it is")
             return None
+        if job.queue and not self.tracker.ledger.check(job.queue, job.demand).allowed:
+            # Its queue's tree used the quota meanwhile: held nodes would only idle until it
+            # frees (a new hold is taken once the quota allows it again).
+            self._release_hold("its queue's quota no longer allows it")
+            return None
         now = self._wall_clock()
         if (
             job.pod_sets is hold.pod_sets

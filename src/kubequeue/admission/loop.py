@@ -618,6 +618,8 @@ class AdmissionLoop:
                     counts[(adapter.info.kind, state)]
                 )
         metrics.RESERVED_JOBS.set(len(self.tracker.reservations))
+        hold = self.cycle.hold
+        metrics.HELD_NODES.set(len(hold.nodes) if hold is not None else 0)
         self._update_queue_gauges()
 
     def _update_queue_gauges(self) -> None:

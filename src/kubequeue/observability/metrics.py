@@ -72,6 +72,12 @@ RESERVED_JOBS = Gauge(
     "Admitted jobs still holding capacity for pods that are not bound yet.",
     registry=REGISTRY,
 )
+HELD_NODES = Gauge(
+    "kube_queue_held_nodes",
+    "Nodes held for a job that waited past the starvation timeout (no other job starts there "
+    "until it does); 0 when no node is held.",
+    registry=REGISTRY,
+)
 WATCH_EVENTS = Counter(
     "kube_queue_watch_events_total",
     "Watch events received.",
