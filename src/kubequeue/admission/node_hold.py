@@ -33,7 +33,6 @@ from kubequeue.capacity.drain import plan_drain
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
 from kubequeue.queueing.queue import QueuedJob
-from kubequeue.resources import Resources
 
 __all__ = ["NodeHold", "blocking_node", "plan_hold"]
 
@@ -65,14 +64,18 @@ def plan_hold(tracker: JobTracker, job: QueuedJob, now: float) -> NodeHold | Non
             feasible |= cache.feasible(ps.constraints)
     if not feasible:
         return None
-    drainable: dict[str, Resources] = {}
-    keys = {*tracker.admitted, *tracker.inflight, *tracker.preempting}
-    for key in keys:
-        for node, amounts in tracker.footprint(key).items():
-            if node in feasible:
-                resources.add_into(drainable.setdefault(node, {}), amounts)
-    for node, amounts in tracker.leaving(feasible).items():
-        resources.add_into(drainable.setdefault(node, {}), amounts)
+    # Every job kube-queue admitted or is admitting, and the capacity already leaving
+    # (tracker.leaving's jobs), each once.
+    drainable = tracker.footprints(
+        (
+            *tracker.admitted,
+            *tracker.inflight,
+            *tracker.preempting,
+            *tracker.victims,
+            *tracker.queue.keys(),
+        ),
+        feasible,
+    )
     placed = plan_drain(job.pod_sets, cache.scratch(feasible), drainable)
     if placed is None:
         return None

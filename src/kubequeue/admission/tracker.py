@@ -627,8 +627,16 @@ class JobTracker:
         """Capacity that is on its way out: bound pods of jobs that are suspended (queued) or
         being preempted. Counting it as free lets a preemptor wait for it instead of
         preempting more (after a restart, too: the victims are suspended by then)."""
+        return self.footprints((*self.victims, *self.queue.keys()), nodes)
+
+    def footprints(
+        self, keys: Iterable[JobKey], nodes: set[str] | None = None
+    ) -> dict[str, Resources]:
+        """What these jobs hold (``footprint``), summed per node, each job counted once
+        however often it is named (a victim is also admitted until it stops); only ``nodes``
+        if given."""
         out: dict[str, Resources] = {}
-        for key in (*self.victims, *self.queue.keys()):
+        for key in set(keys):
             for node, amounts in self.footprint(key).items():
                 if nodes is None or node in nodes:
                     resources.add_into(out.setdefault(node, {}), amounts)
