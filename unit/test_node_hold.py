@@ -55,6 +55,18 @@ def _node(c: Cluster, name: str) -> str:
     return c.tracker.cache._pods[uid].node
 
 
+def starved(clock: Clock, **kw: Any) -> tuple[Cluster, list[str], list[str]]:
+    """``crowded``, then the big job starved and one 2-GPU job on n1 finished (no cycle run
+    yet): the cluster, and the running jobs on n1 and on n2 before that."""
+    c = crowded(60.0, clock, **kw)
+    clock.now = START + 75.0
+    running = [f"b{i}" for i in range(8)]
+    on_n1 = [n for n in running if _node(c, n) == "n1"]
+    on_n2 = [n for n in running if _node(c, n) == "n2"]
+    c.finish(on_n1[0])
+    return c, on_n1, on_n2
+
+
 def test_without_the_hold_other_queues_refill_every_freed_node_and_the_big_job_waits() -> None:
     clock = Clock()
     c = crowded(0.0, clock)
@@ -108,11 +120,7 @@ def test_a_starved_job_gets_one_node_drained_for_it_and_other_queues_use_the_res
 
 def test_jobs_that_cannot_land_on_a_held_node_are_admitted_meanwhile() -> None:
     clock = Clock()
-    c = crowded(60.0, clock)
-    clock.now = START + 75.0
-    on_n1 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n1"]
-    on_n2 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n2"]
-    c.finish(on_n1[0])
+    c, _, on_n2 = starved(clock)
     assert c.cycle_admits() == []
     assert c.cycle.hold is not None and c.cycle.hold.nodes == ("n1",)
     # A 4-GPU job does not fit in the 2 GPUs free on n1 (the scheduler cannot put it there);
@@ -145,10 +153,7 @@ def test_no_node_is_held_when_the_job_waits_for_capacity_nobody_here_frees() -> 
 
 def test_the_hold_ends_when_its_job_is_deleted() -> None:
     clock = Clock()
-    c = crowded(60.0, clock)
-    clock.now = START + 75.0
-    on_n1 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n1"]
-    c.finish(on_n1[0])
+    c, _, _ = starved(clock)
     assert c.cycle_admits() == []
     assert c.cycle.hold is not None
     c.tracker.forget(("Job", "ns-a", "big"))
@@ -206,10 +211,7 @@ def test_status_says_which_nodes_are_held_for_whom() -> None:
     from kubequeue.status import job_rows
 
     clock = Clock()
-    c = crowded(60.0, clock)
-    clock.now = START + 75.0
-    on_n1 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n1"]
-    c.finish(on_n1[0])
+    c, _, _ = starved(clock)
     assert c.cycle_admits() == []
     why = {row["name"]: row["why"] for row in job_rows(c.tracker, c.cycle, now=clock.now)}
     assert why["big"].endswith("; node(s) n1 held for it (waited past the starvation timeout)")
@@ -220,10 +222,7 @@ def test_the_jobs_a_hold_keeps_waiting_are_told_within_the_reasons_budget() -> N
     """A hold can keep thousands of jobs waiting; their Events share the API server with the
     admissions, so they come a budget's worth per cycle, once per job."""
     clock = Clock()
-    c = crowded(60.0, clock, explain_budget=3)
-    clock.now = START + 75.0
-    on_n1 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n1"]
-    c.finish(on_n1[0])
+    c, _, _ = starved(clock, explain_budget=3)
     told: list[str] = []
     for _ in range(4):
         assert c.cycle_admits() == []
@@ -241,10 +240,7 @@ def test_the_hold_ends_when_its_queue_can_no_longer_take_the_job() -> None:
     from kubequeue.queueing.spec import parse_queue
 
     clock = Clock()
-    c = crowded(60.0, clock)
-    clock.now = START + 75.0
-    on_n1 = [n for n in (f"b{i}" for i in range(8)) if _node(c, n) == "n1"]
-    c.finish(on_n1[0])
+    c, _, _ = starved(clock)
     assert c.cycle_admits() == []
     assert c.cycle.hold is not None
     capped = [dict(q) for q in TEAMS]
@@ -254,3 +250,14 @@ def test_the_hold_ends_when_its_queue_can_no_longer_take_the_job() -> None:
     c.tracker.set_queues(parse_queue(q) for q in capped)
     assert c.cycle_admits() == ["b8"], "n1's free room is used again"
     assert c.cycle.hold is None
+
+
+def test_a_job_named_twice_is_counted_once_in_what_can_drain() -> None:
+    """A preemption victim is both admitted and leaving until it stops: counting it twice
+    would plan a hold on room that never frees."""
+    clock = Clock()
+    c = crowded(0.0, clock)
+    key = ("Job", "ns-b", "b0")
+    once = c.tracker.footprints([key])
+    assert once == c.tracker.footprint(key) and once
+    assert c.tracker.footprints([key, key, key]) == once

@@ -388,13 +388,9 @@ class AdmissionCycle:
         if job is None or job.key in self.tracker.inflight:
             self._release_hold("its job left the queue")
             return None
-        if job.problem is not None or job.never_fits:
-            self._release_hold("its job cannot be admitted as it is")
-            return None
-        if job.queue and not self.tracker.ledger.check(job.queue, job.demand).allowed:
-            # Its queue's tree used the quota meanwhile: held nodes would only idle until it
-            # frees (a new hold is taken once the quota allows it again).
-            self._release_hold("its queue's quota no longer allows it")
+        why = self._idle_hold(job)
+        if why:
+            self._release_hold(why)
             return None
         now = self._wall_clock()
         if (
@@ -427,13 +423,10 @@ class AdmissionCycle:
         if (
             not self.starvation_seconds
             or job.created_epoch >= starved_before
-            or job.never_fits
-            or job.over_quota
+            or self._idle_hold(job)
         ):
             return None
         tracker = self.tracker
-        if job.queue and not tracker.ledger.check(job.queue, job.demand).allowed:
-            return None  # it waits for quota: held nodes would only idle
         now = self._wall_clock()
         generation = tracker.cache.nodes_generation
         memo = self._no_hold.get(job.key)
@@ -472,6 +465,16 @@ class AdmissionCycle:
             "it fits",
         )
         return hold
+
+    def _idle_hold(self, job: QueuedJob) -> str:
+        """Why nodes held for the job would only idle ("" if they would not): it cannot be
+        admitted as it is, or its queue's quota refuses it now (its tree used the quota; a
+        hold is taken again once the quota allows it)."""
+        if job.problem is not None or job.never_fits or job.over_quota:
+            return "its job cannot be admitted as it is"
+        if job.queue and not self.tracker.ledger.check(job.queue, job.demand).allowed:
+            return "its queue's quota no longer allows it"
+        return ""
 
     def _release_hold(self, why: str) -> None:
         hold = self.hold

@@ -68,10 +68,12 @@ def plan_drain(
         return placed
     # Doubling prefixes until it fits, then the shortest prefix that does (more drained capacity
     # never makes a gang stop fitting): the nodes with the least to drain are the ones used.
+    # ``placed`` is always the placement found at prefix ``high``.
     low, high = 0, 1
     while True:
         drain_to(min(high, len(order)))
-        if place(pod_sets, scratch) is not None:
+        placed = place(pod_sets, scratch)
+        if placed is not None:
             break
         if high >= len(order):
             return None
@@ -80,9 +82,9 @@ def plan_drain(
     while high - low > 1:
         middle = (low + high) // 2
         drain_to(middle)
-        if place(pod_sets, scratch) is not None:
-            high = middle
+        found = place(pod_sets, scratch)
+        if found is not None:
+            high, placed = middle, found
         else:
             low = middle
-    drain_to(high)
-    return place(pod_sets, scratch)
+    return placed
