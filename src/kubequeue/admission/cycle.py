@@ -9,9 +9,9 @@
 2. skip:     jobs with bad input, and jobs that already failed at this capacity generation
              (nothing was freed since, so the answer cannot change);
 3. fit:      simulate gang placement on current free capacity (capacity/fit.py), unless it is
-             already certain not to fit (``_Shortcuts``: the capacity freed since it, or a job of
-             its shape, last failed cannot make up the difference); either way it counts as
-             evaluated and takes the same path on;
+             already certain not to fit (admission/fit_memo.py: the capacity freed since it,
+             or a job of its shape, last failed cannot make up the difference); either way it
+             counts as evaluated and takes the same path on;
 4. assume:   reserve the placement in the cache *before* any API write, so the next job in this
              very cycle already sees the capacity as taken (undone if the write fails); unless
              the binding guard (capacity/binding.py) says that with its pods in flight too, the
@@ -28,29 +28,25 @@ The cycle is synchronous and never awaits: informer updates cannot interleave wi
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import itertools
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
 from kubequeue import resources
+from kubequeue.admission.fit_memo import FitShortcuts
 from kubequeue.admission.node_hold import NodeHold, blocking_node, plan_hold
 from kubequeue.admission.notices import Notice
-from kubequeue.admission.parking import END, Parking, Position
+from kubequeue.admission.parking import Parking
 from kubequeue.admission.preemption import Preemption, PreemptionPolicy, plan_preemption
 from kubequeue.admission.requeue import Requeue, RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
+from kubequeue.admission.walk import OneLine, Walk
 from kubequeue.capacity.binding import BindingGuard
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, explain, place, place_counted
-from kubequeue.demand import PodSet
-from kubequeue.queueing.queue import JobQueue, QueuedJob
+from kubequeue.capacity.fit import Assignment, explain
+from kubequeue.queueing.queue import QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
 from kubequeue.queueing.spec import STRICT_FIFO
 from kubequeue.queueing.tree import QueueTree
@@ -124,7 +120,7 @@ class AdmissionCycle:
         self.explain_budget = explain_budget
         self.report_interval = report_interval
         self._clock = clock
-        self._shortcuts = _Shortcuts()
+        self._shortcuts = FitShortcuts()
         self._debt_logged: resources.Resources = {}
         # Jobs whose visit is a foregone conclusion sit out of the walk (admission/parking.py);
         # off, every queued job is visited (the reference the tests compare against).
@@ -205,11 +201,11 @@ class AdmissionCycle:
             )
         lines = tracker.queue.lines()
         # One line (always so without Queue objects): walk it in order. Several: the line whose
-        # head has the better fair-share claim goes next (_Walk).
-        walk: _Walk | _OneLine | None = (
-            _Walk(tracker.queue, lines, ledger)
+        # head has the better fair-share claim goes next (Walk).
+        walk: Walk | OneLine | None = (
+            Walk(tracker.queue, lines, ledger)
             if len(lines) > 1
-            else _OneLine(tracker.queue, lines[0])
+            else OneLine(tracker.queue, lines[0])
             if lines
             else None
         )
@@ -221,7 +217,7 @@ class AdmissionCycle:
         may_block = bool(self.starvation_seconds) or self.strict_fifo or bool(tree)
         lines_info = self._lines_info(tree)
         # One line: every job is in it, so its info is looked up once, not once per job.
-        only = lines_info(lines[0]) if isinstance(walk, _OneLine) else None
+        only = lines_info(lines[0]) if isinstance(walk, OneLine) else None
         evaluated = waiting = 0  # counted here, written to the result once
         for job in jobs:  # step 1
             if inflight and job.key in inflight:
@@ -256,7 +252,7 @@ class AdmissionCycle:
                         parking.park_capacity(job, room, nodes_generation)
             else:
                 evaluated += 1
-                # Step 3, physical fit first: it is cheap for jobs that cannot fit (_Shortcuts),
+                # Step 3, physical fit first: it is cheap for jobs that cannot fit (fit_memo.py),
                 # and the quota verdict matters only for jobs that do.
                 owed = headroom is not None and not _affordable(job.demand, headroom)
                 # A pod of it could land on a node held for a starved job: it is not admitted
@@ -361,7 +357,7 @@ class AdmissionCycle:
                 blocked[job.queue] = job
                 if parking is not None:
                     parking.blocked(job)
-                if walk is None or isinstance(walk, _OneLine):
+                if walk is None or isinstance(walk, OneLine):
                     break
                 walk.block(job.queue)
         if parking is not None:
@@ -820,338 +816,6 @@ def _borrows(ledger: QuotaLedger, job: QueuedJob) -> bool:
     if memo is not None and memo[0] == version and memo[1]:
         return memo[2]
     return ledger.needs_to_borrow(job.queue, job.demand)
-
-
-class _OneLine:
-    """The queued jobs of the only line, in order (entries of jobs parking wakes in the middle
-    of the walk are inserted after the position)."""
-
-    def __init__(self, queue: JobQueue, line: str) -> None:
-        self._line = line
-        self._entries = queue.active(line)
-        self._last: Position = None
-
-    def __iter__(self) -> Iterator[QueuedJob]:
-        # A list iterator reads by index, so entries inserted after the current one are seen.
-        for entry in self._entries:
-            self._last = entry
-            yield entry[-1]
-        self._last = END
-
-    def position(self, line: str) -> Position:
-        return self._last
-
-    def insert(self, line: str, entry: tuple[Any, ...]) -> None:
-        bisect.insort(self._entries, entry)  # after the position: the entry is beyond it
-
-    def admitted(self) -> None:
-        pass
-
-
-class _Walk:
-    """The queued jobs of several queues, one at a time, the best claim first.
-
-    Each queue's line is walked in its own order (priority, age). Which line goes next is
-    decided by its claim: queues still below their guarantee (in every resource their tree
-    pools) before queues at or above it, then the smaller weighted dominant shares along the
-    queue's path (hierarchical DRF, QuotaLedger.shares). Lines with equal claims are merged by
-    their jobs' priority and age (a C-level k-way merge). Claims move only when a job is
-    admitted; then the rest of the lines are grouped again from where each one stopped.
-
-    Parked jobs (admission/parking.py) are not visited, but the walk goes through the lines as
-    if they were there: a line has a turn while it has entries left, parked or not, and a line
-    in the group being merged has gone as far as the entry last visited. So lines take their
-    turns exactly as with every job visited, and parking knows which parked jobs a line has not
-    reached yet (``position``).
-    """
-
-    def __init__(self, queue: JobQueue, lines: Sequence[str], ledger: QuotaLedger) -> None:
-        self._ledger = ledger
-        # Snapshots of each line's unparked entries ((*order key, job)); the cycle removes jobs
-        # from the queue while it walks. And each line's last entry, parked or not.
-        self._lines = {line: queue.active(line) for line in lines}
-        self._ends = {line: queue.last(line) for line in lines}
-        self._pos = dict.fromkeys(lines, 0)  # next unvisited index in the snapshot
-        self._at: dict[str, Position] = dict.fromkeys(lines)  # gone through up to here
-        self._group: list[str] = []
-        self._current: tuple[Any, ...] | None = None  # last entry of the group being merged
-        self._blocked: set[str] = set()
-        self._regroup = False
-
-    def _claim(self, line: str) -> tuple[bool, tuple[float, ...]]:
-        if not line:
-            return False, (0.0,)
-        ledger = self._ledger
-        at_guarantee = any(left <= 0 for _, left in ledger.guarantee_room(line))
-        return at_guarantee, ledger.shares(line)
-
-    def _left(self, line: str) -> bool:
-        """Entries left in the line, parked or not."""
-        at = self._at[line]
-        end = self._ends[line]
-        return end is not None and (at is None or (at is not END and at < end))  # type: ignore[operator]
-
-    def __iter__(self) -> Iterator[QueuedJob]:
-        lines, pos, at = self._lines, self._pos, self._at
-        while True:
-            active = [line for line in lines if line not in self._blocked and self._left(line)]
-            if not active:
-                return
-            claims = {line: self._claim(line) for line in active}
-            best = min(claims.values())
-            group = [line for line in active if claims[line] == best]
-            self._regroup = False
-            self._group = group
-            self._current = None
-            if len(group) == 1:
-                merged: Iterator[tuple[Any, ...]] = itertools.islice(
-                    lines[group[0]], pos[group[0]], None
-                )
-            else:
-                merged = heapq.merge(
-                    *(itertools.islice(lines[line], pos[line], None) for line in group)
-                )
-            entry: tuple[Any, ...] | None = None
-            for entry in merged:
-                job: QueuedJob = entry[-1]
-                pos[job.queue] += 1
-                self._current = entry
-                yield job
-                if self._regroup:
-                    break
-            else:
-                # This claim's lines are done, parked entries included.
-                for line in group:
-                    at[line] = END
-                self._group = []
-                continue
-            # An admission (claims moved), a blocked line or a job put back: group again.
-            for line in group:
-                self._at[line] = self.position(line)
-            self._group = []
-
-    def position(self, line: str) -> Position:
-        at = self._at.get(line)
-        current = self._current
-        if at is END or current is None or line not in self._group:
-            return at
-        return current if at is None or current > at else at  # type: ignore[operator]
-
-    def insert(self, line: str, entry: tuple[Any, ...]) -> None:
-        bisect.insort(self._lines[line], entry, lo=self._pos[line])
-        self._regroup = True
-
-    def admitted(self) -> None:
-        """Usage changed: every line's claim is judged again."""
-        self._regroup = True
-
-    def block(self, line: str) -> None:
-        """The rest of this line waits for the next cycle."""
-        self._blocked.add(line)
-        self._regroup = True
-
-
-# Freed nodes to look at before giving up on a shortcut and simply running the fit (a drain
-# frees hundreds per cycle: looking at each for every shape costs more than the fits it saves).
-_FREED_CHECK_MAX = 256
-_NO_LIMIT = sys.maxsize
-
-
-class _Shortcuts:
-    """Answers "does not fit" without running the fit when that is already certain.
-
-    A node's free capacity only grows through an event the cache records
-    (``CapacityCache.freed_nodes_since``), and with less capacity a job that did not fit still
-    does not (for one pod set the fit is exact, so this is a theorem; for several it is one
-    whenever the search behind the greedy pass settles the answer, and otherwise the assumption
-    the cycle's ``failed_at`` skip has always made). Hence, per demand shape (pod requests and
-    constraints, numbered by ``_shape``):
-
-    1. Room. When a one-pod-set fit fails it has tried every node, so it knows how many pods of
-       that shape fit at most: the room for that shape at that freed generation g. After nodes F
-       were freed, at most ``room(g) + the copies that fit on F now`` fit (O(|F|) to compute); a
-       job with more pods cannot fit and is not tried. The room is the shape's, so the newest
-       one known serves every job of the shape, whenever (or whether) that job last failed.
-       After one pod ended that is one node per shape, so a cycle over ten thousand queued jobs
-       runs the fit only for the jobs the freed capacity can actually complete, and a job behind
-       a failed one of its shape with more pods is never tried in the same cycle.
-    2. Without a room figure (several pod sets, or forgotten), a job that failed at g can fit
-       now only if some node freed since g can take at least one of its pods.
-
-    Either way the job counts as evaluated and follows the cycle's usual "does not fit" path.
-    """
-
-    def __init__(self) -> None:
-        self._ids: dict[tuple[object, ...], int] = {}
-        self._next_id = 0
-        self._gen = -1  # the cache's freed_generation / nodes_generation the memos below are for
-        self._nodes_gen = -1
-        self._now: dict[int, int] = {}  # shape -> room at _gen
-        # shape -> (an earlier freed generation, its room then): the newest room known of it
-        self._rooms: dict[int, tuple[int, int]] = {}
-        self._may_fit: dict[tuple[int, int], bool] = {}  # (shape, failed generation) -> rule 2
-        self._freed: dict[int, list[str] | None] = {}  # generation -> distinct nodes freed since
-        self._feasible: dict[int, frozenset[str]] = {}  # one-pod-set shape -> its feasible nodes
-        # One-pod-set shape -> most pods found to fit at the capacity as it is now in this
-        # cycle: until capacity is taken again (an admission, a preemption's hold), fewer pods
-        # of the shape fit too. Emptied by ``taken``.
-        self._fitting: dict[int, int] = {}
-
-    def start(self, cache: CapacityCache) -> None:
-        self._fitting = {}
-        if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
-            self._sync(cache)
-        if len(self._ids) > 100_000:  # ids are never reused, so forgetting is always safe
-            self._ids.clear()
-            self._rooms.clear()
-
-    def _sync(self, cache: CapacityCache) -> None:
-        """Capacity was freed or nodes changed: keep what stays true, drop the rest."""
-        if cache.nodes_generation != self._nodes_gen:
-            self._rooms.clear()  # which nodes count, or their size, changed
-            self._feasible.clear()
-            self._nodes_gen = cache.nodes_generation
-        else:
-            gen, rooms = self._gen, self._rooms
-            for shape, room in self._now.items():
-                rooms[shape] = (gen, room)
-        self._now = {}
-        self._gen = cache.freed_generation
-        self._may_fit.clear()
-        self._freed.clear()
-
-    def room(self, job: QueuedJob, cache: CapacityCache) -> int | None:
-        """A bound on how many pods of the job's shape fit now, if one was found this
-        generation (a failed fit's count, or a room carried over from an earlier one)."""
-        memo = job.shape
-        if (
-            memo is None
-            or memo[0] is not job.pod_sets
-            or self._gen != cache.freed_generation
-            or self._nodes_gen != cache.nodes_generation
-        ):
-            return None
-        return self._now.get(memo[1])
-
-    def _shape(self, job: QueuedJob) -> int:
-        key = tuple((tuple(ps.request.items()), ps.constraints) for ps in job.pod_sets)
-        shape = self._ids.get(key)
-        if shape is None:
-            shape = self._ids[key] = self._next_id
-            self._next_id += 1
-        job.shape = (job.pod_sets, shape)
-        return shape
-
-    def place(self, job: QueuedJob, cache: CapacityCache) -> list[Assignment] | None:
-        if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
-            self._sync(cache)  # capacity grew during the cycle
-        pod_sets = job.pod_sets
-        memo = job.shape
-        shape = memo[1] if memo is not None and memo[0] is pod_sets else self._shape(job)
-        failed = job.failed_at
-        if failed is not None and failed[1] != self._nodes_gen:
-            failed = None
-        if len(pod_sets) == 1:
-            ps = pod_sets[0]
-            room = self._now.get(shape)
-            if room is None:
-                room = self._latest_room(shape, ps, cache)
-            if room is not None:
-                if ps.count > room:
-                    return None
-            elif failed is not None and not self._helps(shape, job, failed[0], cache):
-                return None
-            placed, fitted = place_counted(ps, cache)
-            if placed is None:
-                self._now[shape] = fitted
-            elif fitted > self._fitting.get(shape, 0):
-                self._fitting[shape] = fitted
-            return placed
-        if failed is not None and not self._helps(shape, job, failed[0], cache):
-            return None
-        return place(pod_sets, cache)
-
-    def taken(self) -> None:
-        """Capacity was taken in the cycle: fits found before may no longer hold."""
-        if self._fitting:
-            self._fitting = {}
-
-    def fitted(self, job: QueuedJob) -> None:
-        """A job found to fit at the capacity as it is (see ``known_to_fit``)."""
-        memo = job.shape
-        if memo is not None and len(job.pod_sets) == 1:
-            count = job.pod_sets[0].count
-            if count > self._fitting.get(memo[1], 0):
-                self._fitting[memo[1]] = count
-
-    def known_to_fit(self, job: QueuedJob) -> bool:
-        """Whether a job of its shape with at least as many pods fitted since capacity was
-        last taken in this cycle."""
-        memo = job.shape
-        return (
-            memo is not None
-            and memo[0] is job.pod_sets
-            and len(job.pod_sets) == 1
-            and self._fitting.get(memo[1], 0) >= job.pod_sets[0].count
-        )
-
-    def _latest_room(self, shape: int, ps: PodSet, cache: CapacityCache) -> int | None:
-        """Rule 1: the room now, from the newest room known of the shape plus the nodes freed
-        since. A room belongs to the shape, not to the job that found it, so it also bounds a
-        job that failed long ago or never was tried."""
-        known = self._rooms.get(shape)
-        if known is None:
-            return None
-        since, before = known
-        names = self._freed_names(since, cache)
-        if names is None:
-            del self._rooms[shape]  # too much was freed since: it only gets worse
-            return None
-        feasible = self._feasible.get(shape)
-        if feasible is None:
-            feasible = self._feasible[shape] = cache.feasible(ps.constraints)
-        nodes = cache.nodes
-        room = before
-        for name in names:
-            if name in feasible:
-                state = nodes.get(name)
-                if state is not None:
-                    # Every copy, not at most this job's count: the room is kept for the shape,
-                    # and a bigger job of it may come next.
-                    room += resources.max_copies(ps.request, state.free, _NO_LIMIT)
-        self._now[shape] = room
-        return room
-
-    def _freed_names(self, since: int, cache: CapacityCache) -> list[str] | None:
-        if since not in self._freed:
-            self._freed[since] = cache.freed_nodes_since(since, _FREED_CHECK_MAX)
-        return self._freed[since]
-
-    def _helps(self, shape: int, job: QueuedJob, since: int, cache: CapacityCache) -> bool:
-        """Rule 2: can a node freed since the job failed take at least one of its pods?"""
-        key = (shape, since)
-        found = self._may_fit.get(key)
-        if found is None:
-            names = self._freed_names(since, cache)
-            found = names is None or _takes_a_pod(job.pod_sets, names, cache)
-            self._may_fit[key] = found
-        return found
-
-
-def _takes_a_pod(pod_sets: Sequence[PodSet], names: list[str], cache: CapacityCache) -> bool:
-    nodes = cache.nodes
-    wants = False
-    for ps in pod_sets:
-        if ps.count <= 0:
-            continue
-        wants = True
-        feasible = cache.feasible(ps.constraints)
-        for name in names:
-            if name in feasible:
-                state = nodes.get(name)
-                if state is not None and resources.max_copies(ps.request, state.free, 1):
-                    return True
-    return not wants
 
 
 # A placement that is known to exist but was not computed (the job is not admitted this cycle).

@@ -78,7 +78,7 @@ _NO_LIMIT = sys.maxsize
 # times the parked jobs it is for, plus COMPACT_SLACK (tests set both to 0: compact at every push).
 COMPACT_FACTOR = 2
 # Freed nodes beyond which a cycle does not count what each shape gains on them (as the cycle's
-# own shortcuts stop at _FREED_CHECK_MAX).
+# own shortcuts stop at _FREED_CHECK_MAX, admission/fit_memo.py).
 FREED_COUNT_MAX = 256
 COMPACT_SLACK = 1024
 

@@ -81,7 +81,7 @@ class QueuedJob:
     # ever being told to wait, and 10,000 empty dicts are 0.6 MiB).
     reported: dict[str, str] | None = None
     # The admission cycle's number for this job's demand shape (pod requests and constraints;
-    # see admission/cycle.py), with the pod_sets it was computed for.
+    # see admission/fit_memo.py), with the pod_sets it was computed for.
     shape: tuple[Sequence[PodSet], int] | None = None
     # The queue it waits in ("": the implicit default queue), the queue its label names (None:
     # no label), and the last quota refusal.
