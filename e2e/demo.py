@@ -5,6 +5,8 @@ Helm chart's RBAC, creates two teams' Queues (examples/queues.yaml: team-a and t
 GPUs under research), submits team-a's jobs (examples/jobs.yaml) into namespace ``team-a`` and a
 few seconds later team-b's (examples/team-b-jobs.yaml) into ``team-b``, and prints the queues
 draining (queued -> admitted -> running -> complete), with each queue's GPU use, until Ctrl-C.
+The controller runs with a 30 s starvation timeout, so team-b's 8-GPU big-eval, which team-a's
+sweeps keep from the only 8-GPU node, gets that node held for it about a minute in.
 Meanwhile you can use the printed KUBECONFIG with kubectl (``kubectl get queues``) or
 ``kube-queue status --url ...`` in another terminal.
 """
@@ -27,6 +29,9 @@ from e2e.support import Kubectl
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TEAMS = {"team-a": "jobs.yaml", "team-b": "team-b-jobs.yaml"}  # namespace -> its jobs
 TEAM_B_DELAY_S = 8
+# Short, so that the demo shows what happens to a starved job (team-b's big-eval) within a
+# minute; the default (30 min) suits GPU jobs that run for hours (docs/queues.md).
+STARVATION_TIMEOUT_S = 30
 NODES = [
     NodeSpec("gpu-8", cpu="64", memory="512Gi", gpus=8),
     NodeSpec("gpu-4a", cpu="32", memory="256Gi", gpus=4),
@@ -94,7 +99,13 @@ async def _show(kubectl: Kubectl, kq: KubeQueue, started: float) -> bool:
 async def _demo(cluster: LocalCluster, kubectl: Kubectl) -> None:
     binaries = cluster.binaries
     identity = await install_identity(binaries.helm, kubectl, cluster.work_dir / "kube-queue")
-    kq = await KubeQueue(identity, cluster.logs_dir, "kube-queue", "--log-format=console").start()
+    kq = await KubeQueue(
+        identity,
+        cluster.logs_dir,
+        "kube-queue",
+        "--log-format=console",
+        f"--starvation-timeout={STARVATION_TIMEOUT_S}",
+    ).start()
     await kubectl("apply", "-f", str(EXAMPLES / "queues.yaml"))
     for namespace in TEAMS:
         await kubectl("create", "namespace", namespace)
