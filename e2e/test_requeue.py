@@ -5,13 +5,14 @@ stays suspended with GaveUp."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
-from e2e.jobs import events_for, get_job, is_suspended, job
+from e2e.jobs import events_for, get_job, is_suspended, job, pods_by_node
 from e2e.support import FakeNodes, Kubectl, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -69,3 +70,66 @@ async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_
     assert is_suspended(stuck)
     assert stuck["metadata"]["annotations"]["kube-queue.io/requeues"] == "2"
     assert stuck["metadata"]["annotations"].get("kube-queue.io/gave-up")
+
+
+async def test_a_job_whose_planned_room_is_taken_is_requeued_at_once_and_starts_when_it_fits(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+) -> None:
+    """The scheduler, not kube-queue, binds pods: another pod can take the room planned for an
+    admitted job's pod before that pod exists. kube-queue then counts the room as owed, and
+    once the scheduler says the pod is Unschedulable (and --unplaceable-timeout has passed)
+    the job is suspended again at once: no attempt counted, no backoff. It starts again when
+    all of it fits."""
+    [whole] = await fake_nodes.create(NodeSpec("whole", gpus=8))
+    # Pods cannot be created in the namespace yet, so big's pod does not exist when the
+    # intruder (a pod no queue manages, bound to the node directly) takes one of its GPUs.
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
+             "spec": {"hard": {"pods": "0"}}}
+    await kubectl.apply(quota, "-n", namespace)
+    other = f"{namespace}-other"[:63]
+    await kubectl("create", "namespace", other)
+    try:
+        await kube_queue("--unplaceable-timeout=2")
+        await kubectl.apply(job("big", gpus=8, run_for="5s"), "-n", namespace)
+
+        async def running(name: str) -> bool:
+            return not is_suspended(await get_job(kubectl, namespace, name))
+
+        await wait_until("big admitted", lambda: running("big"))
+        intruder = {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"},
+            "spec": {"nodeName": whole, "containers": [{
+                "name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"nvidia.com/gpu": "1"},
+                              "limits": {"nvidia.com/gpu": "1"}}}]},
+        }
+        await kubectl.apply(intruder, "-n", other)
+        await kubectl("delete", "resourcequota", "no-pods", "-n", namespace)
+
+        async def requeued() -> dict[str, str] | None:
+            found = [e for e in await events_for(kubectl, namespace, "big")
+                     if e["reason"] == "Requeued"]
+            return found[0] if found else None
+
+        event = await wait_until("big requeued for want of room", requeued, 60)
+        assert event["type"] == "Warning"
+        assert "no node with room" in event["message"], event
+        assert "Unschedulable" in event["message"], event
+        big = await get_job(kubectl, namespace, "big")
+        assert is_suspended(big)
+        annotations = big["metadata"].get("annotations") or {}
+        assert "kube-queue.io/requeues" not in annotations, "no attempt counted"
+        assert "kube-queue.io/admitted-at" not in annotations
+        # While the intruder holds a GPU, 8 do not fit: big waits in its queue...
+        await asyncio.sleep(3)
+        assert is_suspended(await get_job(kubectl, namespace, "big"))
+        # ...and starts as soon as they do, without a backoff.
+        await kubectl("delete", "pod", "intruder", "-n", other, "--wait=false")
+        await wait_until("big admitted again", lambda: running("big"), 30)
+
+        async def bound() -> bool:
+            return whole in (await pods_by_node(kubectl, namespace)).values()
+
+        await wait_until("big's pod bound on the whole node", bound, 30)
+    finally:
+        await kubectl("delete", "namespace", other, "--wait=false")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -94,6 +95,12 @@ class FakeClient:
         if mode == "drop":
             raise transport_error(method, path, applied=True)
         return result
+
+    async def request(self, method: str, path: str, *, query: Any = (), **_: Any) -> bytes:
+        """Raw reads (kube/pods.py lists pods this way): a LIST's JSON body, one page."""
+        assert method == "GET", method
+        listed = await self._fail_or_apply("LIST", path, lambda: self._list(path, query))
+        return json.dumps(listed).encode()
 
     async def get(self, path: str, query: Any = ()) -> dict[str, Any]:
         if query:

@@ -19,6 +19,7 @@ import pytest
 
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.loop import AdmissionLoop
+from kubequeue.admission.requeue import RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
@@ -441,3 +442,67 @@ def test_only_an_observation_newer_than_the_version_written_on_settles(admitted:
     assert not w.tracker.unknown
     assert w.holding("a") is admitted
     assert (key("a") in w.tracker.queue) is not admitted
+
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def _displaced(w: World) -> None:
+    """'big' is admitted and seen; another pod takes a GPU of the node planned for its pod."""
+    w.see("big")
+    assert w.tracker.admitted.get(key("big")) is not None
+    w.cache.upsert_pod(b.pod("intruder", "n", {GPU: "1"}, uid="intruder"), None)
+    w.loop.wake()
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+async def test_an_unplaceable_job_is_requeued_only_once_its_pods_say_unschedulable(
+    confirmed: bool,
+) -> None:
+    """Owed room by our count for longer than the grace, the job's pods are read: a pod the
+    scheduler found no node for confirms it, and the job is suspended (no attempt counted);
+    without one (pod not created or not tried yet) it is left running and looked at again."""
+    w = World()
+    w.loop.cycle.requeue = RequeuePolicy(unplaceable=0.2)
+    if confirmed:
+        w.client.store.put(
+            f"{PODS}/big-0",
+            {
+                "metadata": {
+                    "name": "big-0",
+                    "namespace": "default",
+                    "uid": "big-0",
+                    "ownerReferences": [{"kind": "Job", "name": "big", "controller": True}],
+                },
+                "spec": {"containers": [{"name": "c"}]},
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                        }
+                    ],
+                },
+            },
+        )
+    async with running(w):
+        w.submit("big")
+        await wait_until(lambda: w.running("big"))
+        _displaced(w)
+        await wait_until(lambda: ("LIST", PODS) in w.client.calls)
+        if confirmed:
+            await wait_until(lambda: not w.running("big"))
+            await wait_until(lambda: "Requeued" in w.events.reasons("big"))
+        else:
+            await anyio.sleep(0.3)
+    obj = w.client.store.get(f"{JOBS}/big")
+    annotations = obj["metadata"].get("annotations") or {}
+    assert "kube-queue.io/requeues" not in annotations, "no attempt is counted"
+    if confirmed:
+        assert obj["spec"]["suspend"] is True and ADMITTED_AT not in annotations
+    else:
+        assert w.running("big") and "Requeued" not in w.events.reasons("big")
+    assert key("big") not in w.tracker.victims

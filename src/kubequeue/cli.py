@@ -168,6 +168,14 @@ def _parser() -> argparse.ArgumentParser:
         "or the job is suspended and queued again (0: never)",
     )
     run.add_argument(
+        "--unplaceable-timeout",
+        type=float,
+        default=5.0,
+        help="seconds a starting job's pods may have no node with room (the scheduler bound "
+        "other pods where they were planned and says Unschedulable) before the job is queued "
+        "again at once, no attempt counted (0: wait for --pods-ready-timeout instead)",
+    )
+    run.add_argument(
         "--requeue-limit",
         type=int,
         default=5,
@@ -292,6 +300,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         preemption=args.preemption,
         preemption_timeout=args.preemption_timeout,
         pods_ready_timeout=args.pods_ready_timeout,
+        unplaceable_timeout=args.unplaceable_timeout,
         requeue_limit=args.requeue_limit,
         requeue_backoff=args.requeue_backoff,
         binding_wait=args.binding_wait,

@@ -105,6 +105,7 @@ class Controller:
             binding_wait=settings.binding_wait,
             requeue=RequeuePolicy(
                 timeout=settings.pods_ready_timeout,
+                unplaceable=settings.unplaceable_timeout,
                 limit=settings.requeue_limit,
                 backoff=settings.requeue_backoff,
             ),

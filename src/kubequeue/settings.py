@@ -91,6 +91,11 @@ class Settings:
     its own choosing, leave one of them without a node (capacity/binding.py). 0 (default):
     off. On, no admitted pod waits for want of room whatever the scheduler does, at the cost
     of admission throughput when many pods are in flight and room is tight."""
+    unplaceable_timeout: float = 5.0
+    """Seconds a starting job's pods may have no node with room (the scheduler bound other
+    pods where they were planned, kube-queue counts the room as owed, and a pod of the job is
+    Unschedulable) before the job is suspended and queued again at once, with no attempt
+    counted and no backoff. 0: such jobs wait for pods_ready_timeout like any other."""
     requeue_limit: int = 5
     """Requeues before kube-queue gives up on a job (GaveUp) until a user edits it."""
     requeue_backoff: float = 60.0

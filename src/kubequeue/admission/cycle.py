@@ -70,6 +70,8 @@ class CycleResult:
     notices: list[Notice] = field(default_factory=list)
     evaluated: int = 0
     waiting: int = 0
+    # Seconds until a decision comes due without any change (None: the loop's tick will do).
+    wake_in: float | None = None
 
 
 class AdmissionCycle:
@@ -160,6 +162,8 @@ class AdmissionCycle:
         now = self._wall_clock()
         if self.requeue.timeout:
             self._requeues(result, now)
+            if self.requeue.unplaceable:
+                self._unplaceable(result, now)
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
@@ -669,6 +673,28 @@ class AdmissionCycle:
                 Requeue(job, attempt, attempt >= self.requeue.limit, started, expected)
             )
             self.tracker.victims[job.key] = job.key  # nobody preempts it meanwhile
+
+    def _unplaceable(self, result: CycleResult, now: float) -> None:
+        """Starting jobs whose pods have been owed room for too long are suspended again at
+        once (admission/requeue.py), once the loop has confirmed it from their pods."""
+        due, next_due = self.tracker.unplaceable(now, self.requeue.unplaceable)
+        for job, started, expected in due:
+            if job.preemption_patch is None:
+                log.warning(
+                    "job.unplaceable",
+                    job="/".join(job.key),
+                    started=started,
+                    expected=expected,
+                    why="its pods have no node with room, but its kind cannot be suspended "
+                    "once running (or it is marked preemptible: false): it waits for room",
+                )
+                continue
+            result.requeues.append(
+                Requeue(job, job.requeues, False, started, expected, unplaceable=True)
+            )
+            self.tracker.victims[job.key] = job.key  # nobody preempts it meanwhile
+        if next_due is not None:
+            result.wake_in = max(0.0, next_due - now)
 
     def _backing_off(self, result: CycleResult, job: QueuedJob) -> None:
         until = job.requeued_epoch + self.requeue.delay(job.requeues)

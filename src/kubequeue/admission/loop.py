@@ -43,7 +43,7 @@ import structlog
 from kubequeue.admission.cycle import Admission, AdmissionCycle
 from kubequeue.admission.notices import Notice
 from kubequeue.admission.preemption import Preemption
-from kubequeue.admission.requeue import Requeue, not_running
+from kubequeue.admission.requeue import Requeue, not_running, unschedulable
 from kubequeue.admission.tracker import AdmittedJob, JobTracker
 from kubequeue.identity import JobKey
 from kubequeue.kinds.common import spec_hash
@@ -52,7 +52,7 @@ from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportErro
 from kubequeue.kube.events import EventRecorder, InvolvedObject
 from kubequeue.kube.pods import list_pods
 from kubequeue.labels import GAVE_UP, PREEMPTED_BY, REQUEUED_AT, REQUEUES
-from kubequeue.objects import Pod
+from kubequeue.objects import Pod, PodDiagnosis
 from kubequeue.observability import metrics
 from kubequeue.status import IMPLICIT_QUEUE_NAME, queue_rows
 
@@ -109,12 +109,14 @@ class AdmissionLoop:
                 resumed = self._unknown.get(key)
                 if resumed is not None:
                     tg.start_soon(self._admit, resumed, limiter, True)
+            wake_in: float | None = None
             while True:
-                with anyio.move_on_after(self.tick):
+                with anyio.move_on_after(self.tick if wake_in is None else min(self.tick, wake_in)):
                     await self._wakeup.wait()
                 self._wakeup = anyio.Event()
                 started = time.perf_counter()
                 result = self.cycle.decide()
+                wake_in = result.wake_in
                 elapsed = time.perf_counter() - started
                 metrics.CYCLE_SECONDS.observe(elapsed)
                 if result.evaluated or result.admitted:
@@ -502,6 +504,9 @@ class AdmissionLoop:
     async def _requeue(self, requeue: Requeue, limiter: anyio.CapacityLimiter) -> None:
         """Suspend an admitted job whose pods did not all start in time, saying why (from the
         pods' own state), and record the attempt on it (the backoff counts from it)."""
+        if requeue.unplaceable:
+            await self._requeue_unplaceable(requeue, limiter)
+            return
         job = requeue.job
         kind, namespace, name = job.key
         adapter = self.tracker.adapters[kind]
@@ -563,13 +568,72 @@ class AdmissionLoop:
         # GaveUp itself is reported from the job as observed (its gave-up annotation), like
         # every other problem with a job, so it is said once and survives restarts.
 
+    async def _requeue_unplaceable(self, requeue: Requeue, limiter: anyio.CapacityLimiter) -> None:
+        """Suspend a starting job whose pods are owed room, once its pods confirm it (one of
+        them is Unschedulable); otherwise let it be, to be looked at again after the grace."""
+        job = requeue.job
+        kind, namespace, name = job.key
+        info = self.tracker.adapters[kind].info
+        try:
+            try:
+                async with limiter:
+                    pods = await self._pods_of(job)
+            except KubeError as exc:
+                log.warning("job.unplaceable_unread", job=f"{namespace}/{name}", error=str(exc))
+                self.tracker.unplaceable_cleared(job.key, time.time())
+                return
+            stuck = unschedulable(pods)
+            if not stuck:
+                # Not created yet, or not tried by the scheduler yet: our count alone is not
+                # enough to stop a job.
+                log.info(
+                    "job.unplaceable_unconfirmed",
+                    job=f"{namespace}/{name}",
+                    kind=kind,
+                    why="its held pods are owed room, but none of its pods is Unschedulable",
+                )
+                self.tracker.unplaceable_cleared(job.key, time.time())
+                return
+            _, detail = not_running(pods, requeue.expected)
+            if await self._stop(job.key, {}, lambda: True, limiter, "requeue") is None:
+                return  # finished, deleted or suspended meanwhile, or the write gave up
+        finally:
+            if self.tracker.victims.get(job.key) == job.key:
+                del self.tracker.victims[job.key]
+        metrics.REQUEUES.labels(info.name, "Unplaceable").inc()
+        log.warning(
+            "job.requeued",
+            job=f"{namespace}/{name}",
+            kind=kind,
+            reason="Unplaceable",
+            detail=detail,
+            unschedulable=stuck,
+        )
+        self._publish(
+            Notice(
+                job.key,
+                job.uid,
+                "Warning",
+                "Requeued",
+                f"{stuck} of its pods have no node with room: the scheduler bound other pods "
+                f"where they were planned, and no node can take them now ({detail}); suspended "
+                "and queued again at once, in its place by creation time, to start when all of "
+                "it fits (no attempt counted, no backoff)",
+            )
+        )
+
     async def _why_not_started(self, job: AdmittedJob, expected: int) -> tuple[str, str]:
         """The job's pods as the API server has them now, and why they are not running."""
-        _, namespace, _ = job.key
         try:
-            pods = await list_pods(self.client, namespace)
+            mine = await self._pods_of(job)
         except KubeError as exc:
             return "Unknown", f"its pods could not be read: {exc}"
+        return not_running(mine, expected)
+
+    async def _pods_of(self, job: AdmittedJob) -> list[PodDiagnosis]:
+        """The job's pods (under its name and its aliases) as the API server has them now."""
+        _, namespace, _ = job.key
+        pods = await list_pods(self.client, namespace)
         adapters = list(self.tracker.adapters.values())
         mine = []
         for diag in pods:
@@ -581,7 +645,7 @@ class AdmissionLoop:
                     if owner == job.key:
                         mine.append(diag)
                     break
-        return not_running(mine, expected)
+        return mine
 
     def _publish(self, notice: Notice) -> None:
         kind, namespace, name = notice.key

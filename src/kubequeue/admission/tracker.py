@@ -133,6 +133,9 @@ class JobTracker:
         self._deadlines: list[tuple[float, JobKey]] = []
         self._deadline_of: dict[JobKey, float] = {}
         self._all_started: set[JobKey] = set()  # admitted jobs whose pods all ran at once
+        # Admitted jobs, still starting, whose held pods are owed room (stranded_jobs): since
+        # when (wall clock), for the requeue of jobs the scheduler cannot place (unplaceable).
+        self._stranded_since: dict[JobKey, float] = {}
         # Jobs holding capacity while their victims stop, and victim -> its preemptor.
         self.preempting: dict[JobKey, Preempting] = {}
         self.victims: dict[JobKey, JobKey] = {}
@@ -271,9 +274,54 @@ class JobTracker:
                 out.append((job, started, expected))
         return out
 
+    def unplaceable(
+        self, now: float, grace: float
+    ) -> tuple[list[tuple[AdmittedJob, int, int]], float | None]:
+        """Admitted jobs that are still starting (within their pods-ready window, not all
+        pods started) and whose held pods have been owed room for ``grace`` seconds or more:
+        (job, pods started, pods expected), and when the next one comes due (None: none is
+        on its way). Each comes up once per spell of being owed room (see
+        ``unplaceable_cleared``)."""
+        stranded = self.reservations.stranded_jobs()
+        since_of = self._stranded_since
+        for key in [key for key in since_of if key not in stranded]:
+            del since_of[key]
+        due: list[tuple[AdmittedJob, int, int]] = []
+        next_due: float | None = None
+        for key in stranded:
+            job = self.admitted.get(key)
+            if (
+                job is None
+                or key not in self._deadline_of
+                or key in self._all_started
+                or key in self.victims
+                or key in self.inflight
+            ):
+                continue
+            since = since_of.setdefault(key, now)
+            if since == -1.0:
+                continue  # already reported in this spell
+            if now - since < grace:
+                at = since + grace
+                next_due = at if next_due is None else min(next_due, at)
+                continue
+            expected = self.reservations.expected(key)
+            started = self.started_pods(key)
+            if started < expected:
+                since_of[key] = -1.0
+                due.append((job, started, expected))
+        return due, next_due
+
+    def unplaceable_cleared(self, key: JobKey, now: float) -> None:
+        """A suspect was not confirmed (no pod of it is Unschedulable yet): it may come up
+        again after another grace period, counted from now."""
+        if key in self._stranded_since:
+            self._stranded_since[key] = now
+
     def _stopped(self, key: JobKey) -> None:
         """The job no longer runs as admitted (suspended, finished, gone, not ours)."""
         self.admitted.pop(key, None)
+        self._stranded_since.pop(key, None)
         self.victims.pop(key, None)
         self._deadline_of.pop(key, None)
         self._all_started.discard(key)

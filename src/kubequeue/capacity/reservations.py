@@ -265,6 +265,33 @@ class Reservations:
         self._debt = out
         return out
 
+    def stranded_jobs(self) -> set[JobKey]:
+        """The jobs whose held pods are owed room (``debt``): held on a node that cannot take
+        them (over-committed, gone, cordoned, NotReady) or on no node, after relocate() found
+        no better place. Which of them the scheduler leaves without a node is its choice, so
+        these are suspects, not verdicts (admission/requeue.py confirms with the pods' own
+        state). Pinned holds are left out, like the nodes they share, as debt() does them."""
+        if not self.debt():
+            return set()  # the usual case: nothing owed, nothing to look for
+        stranded = {node for node in self._holds_on if self._stranded(node)}
+        pinned_on: set[str] = set()
+        for job in self._pinned:
+            held = self._held.get(job)
+            for nodes in held.placed.values() if held is not None else ():
+                pinned_on.update(nodes)
+        stranded -= pinned_on
+        out: set[JobKey] = set()
+        for job, held in self._held.items():
+            if job in self._pinned:
+                continue
+            if any(
+                count > 0 and node in stranded
+                for nodes in held.placed.values()
+                for node, count in nodes.items()
+            ):
+                out.add(job)
+        return out
+
     # ----------------------------------------------------------------- internals
     def _stranded(self, node: str) -> bool:
         state = self._cache.nodes.get(node) if node != UNPLACED else None
