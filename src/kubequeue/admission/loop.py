@@ -595,8 +595,16 @@ class AdmissionLoop:
                 self.tracker.unplaceable_cleared(job.key, time.time())
                 return
             _, detail = not_running(pods, requeue.expected)
-            if await self._stop(job.key, {}, lambda: True, limiter, "requeue") is None:
-                return  # finished, deleted or suspended meanwhile, or the write gave up
+            reservations = self.tracker.reservations
+            stopped = await self._stop(
+                job.key,
+                {},
+                lambda: job.key in reservations.stranded_jobs(),  # room may have come back
+                limiter,
+                "requeue",
+            )
+            if stopped is None:
+                return  # found room, finished, deleted or suspended meanwhile, or gave up
         finally:
             if self.tracker.victims.get(job.key) == job.key:
                 del self.tracker.victims[job.key]
