@@ -658,43 +658,47 @@ class AdmissionCycle:
         """Admitted jobs whose pods did not all start in time are suspended again (the loop
         writes it; admission/requeue.py), unless their kind cannot be suspended once running."""
         for job, started, expected in self.tracker.never_started(now):
-            if job.preemption_patch is None:
-                log.warning(
-                    "job.not_started",
-                    job="/".join(job.key),
-                    started=started,
-                    expected=expected,
-                    why="its kind cannot be suspended once running (or it is marked "
-                    "preemptible: false), so it is not requeued",
-                )
-                continue
             attempt = job.requeues + 1
-            result.requeues.append(
-                Requeue(job, attempt, attempt >= self.requeue.limit, started, expected)
+            self._take_for_requeue(
+                result,
+                Requeue(job, attempt, attempt >= self.requeue.limit, started, expected),
+                "job.not_started",
+                "its kind cannot be suspended once running (or it is marked preemptible: "
+                "false), so it is not requeued",
             )
-            self.tracker.victims[job.key] = job.key  # nobody preempts it meanwhile
 
     def _unplaceable(self, result: CycleResult, now: float) -> None:
         """Starting jobs whose pods have been owed room for too long are suspended again at
         once (admission/requeue.py), once the loop has confirmed it from their pods."""
         due, next_due = self.tracker.unplaceable(now, self.requeue.unplaceable)
         for job, started, expected in due:
-            if job.preemption_patch is None:
-                log.warning(
-                    "job.unplaceable",
-                    job="/".join(job.key),
-                    started=started,
-                    expected=expected,
-                    why="its pods have no node with room, but its kind cannot be suspended "
-                    "once running (or it is marked preemptible: false): it waits for room",
-                )
-                continue
-            result.requeues.append(
-                Requeue(job, job.requeues, False, started, expected, unplaceable=True)
+            self._take_for_requeue(
+                result,
+                Requeue(job, job.requeues, False, started, expected, unplaceable=True),
+                "job.unplaceable",
+                "its pods have no node with room, but its kind cannot be suspended once "
+                "running (or it is marked preemptible: false): it waits for room",
             )
-            self.tracker.victims[job.key] = job.key  # nobody preempts it meanwhile
         if next_due is not None:
             result.wake_in = max(0.0, next_due - now)
+
+    def _take_for_requeue(
+        self, result: CycleResult, requeue: Requeue, event: str, why_not: str
+    ) -> None:
+        """Hand a requeue to the loop, the job marked so that nobody preempts it meanwhile;
+        or, when its kind cannot be suspended once running, only say so."""
+        job = requeue.job
+        if job.preemption_patch is None:
+            log.warning(
+                event,
+                job="/".join(job.key),
+                started=requeue.started,
+                expected=requeue.expected,
+                why=why_not,
+            )
+            return
+        result.requeues.append(requeue)
+        self.tracker.victims[job.key] = job.key
 
     def _backing_off(self, result: CycleResult, job: QueuedJob) -> None:
         until = job.requeued_epoch + self.requeue.delay(job.requeues)

@@ -241,11 +241,7 @@ class Reservations:
         stranded = [node for node in self._holds_on if self._stranded(node)]
         if not stranded:
             return self._debt
-        pinned_on: set[str] = set()
-        for job in self._pinned:
-            held = self._held.get(job)
-            for nodes in held.placed.values() if held is not None else ():
-                pinned_on.update(nodes)
+        pinned_on = self._pinned_nodes()
         out: Resources = {}
         cache_nodes = self._cache.nodes
         for node in stranded:
@@ -274,12 +270,7 @@ class Reservations:
         if not self.debt():
             return set()  # the usual case: nothing owed, nothing to look for
         stranded = {node for node in self._holds_on if self._stranded(node)}
-        pinned_on: set[str] = set()
-        for job in self._pinned:
-            held = self._held.get(job)
-            for nodes in held.placed.values() if held is not None else ():
-                pinned_on.update(nodes)
-        stranded -= pinned_on
+        stranded -= self._pinned_nodes()
         out: set[JobKey] = set()
         for job, held in self._held.items():
             if job in self._pinned:
@@ -293,6 +284,15 @@ class Reservations:
         return out
 
     # ----------------------------------------------------------------- internals
+    def _pinned_nodes(self) -> set[str]:
+        """Nodes holding any pinned (preemptor) hold: over-committed on purpose."""
+        out: set[str] = set()
+        for job in self._pinned:
+            held = self._held.get(job)
+            for nodes in held.placed.values() if held is not None else ():
+                out.update(nodes)
+        return out
+
     def _stranded(self, node: str) -> bool:
         state = self._cache.nodes.get(node) if node != UNPLACED else None
         if state is None or not state.schedulable:
