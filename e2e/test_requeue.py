@@ -31,6 +31,18 @@ def never_schedulable(name: str, gpus: int) -> dict[str, Any]:
     return manifest
 
 
+async def first_event(
+    kubectl: Kubectl, namespace: str, name: str, reason: str
+) -> dict[str, str] | None:
+    """The job's first Event with this reason, if there is one yet."""
+    found = [e for e in await events_for(kubectl, namespace, name) if e["reason"] == reason]
+    return found[0] if found else None
+
+
+async def admitted(kubectl: Kubectl, namespace: str, name: str) -> bool:
+    return not is_suspended(await get_job(kubectl, namespace, name))
+
+
 async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_up(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
 ) -> None:
@@ -38,18 +50,12 @@ async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_
     await kube_queue("--pods-ready-timeout=4", "--requeue-backoff=2", "--requeue-limit=2")
     await kubectl.apply(never_schedulable("stuck", gpus=4), "-n", namespace)
 
-    async def admitted(name: str) -> bool:
-        return not is_suspended(await get_job(kubectl, namespace, name))
-
-    await wait_until("stuck admitted", lambda: admitted("stuck"))
+    await wait_until("stuck admitted", lambda: admitted(kubectl, namespace, "stuck"))
     await kubectl.apply(job("next", gpus=8, run_for="8s"), "-n", namespace)
 
-    async def requeued_event() -> dict[str, str] | None:
-        found = [e for e in await events_for(kubectl, namespace, "stuck")
-                 if e["reason"] == "Requeued"]
-        return found[0] if found else None
-
-    event = await wait_until("a Requeued event", requeued_event, 30)
+    event = await wait_until(
+        "a Requeued event", lambda: first_event(kubectl, namespace, "stuck", "Requeued"), 30
+    )
     assert event["type"] == "Warning"
     assert "Unschedulable" in event["message"] and "attempt 1 of 2" in event["message"], event
     stuck = await get_job(kubectl, namespace, "stuck")
@@ -57,14 +63,15 @@ async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_
     assert stuck["metadata"]["annotations"]["kube-queue.io/requeues"] == "1"
     # Its GPUs went to the next job; after that one finishes, stuck gets its second chance,
     # fails again, and kube-queue gives up.
-    await wait_until("next admitted once stuck is requeued", lambda: admitted("next"), 30)
+    await wait_until(
+        "next admitted once stuck is requeued", lambda: admitted(kubectl, namespace, "next"), 30
+    )
 
-    async def gave_up() -> dict[str, str] | None:
-        found = [e for e in await events_for(kubectl, namespace, "stuck")
-                 if e["reason"] == "GaveUp"]
-        return found[0] if found else None
-
-    warning = await wait_until("a GaveUp warning after the second failure", gave_up, 60)
+    warning = await wait_until(
+        "a GaveUp warning after the second failure",
+        lambda: first_event(kubectl, namespace, "stuck", "GaveUp"),
+        60,
+    )
     assert "Edit the job's spec (or re-create it)" in warning["message"], warning
     stuck = await get_job(kubectl, namespace, "stuck")
     assert is_suspended(stuck)
@@ -92,10 +99,7 @@ async def test_a_job_whose_planned_room_is_taken_is_requeued_at_once_and_starts_
         await kube_queue("--unplaceable-timeout=2")
         await kubectl.apply(job("big", gpus=8, run_for="5s"), "-n", namespace)
 
-        async def running(name: str) -> bool:
-            return not is_suspended(await get_job(kubectl, namespace, name))
-
-        await wait_until("big admitted", lambda: running("big"))
+        await wait_until("big admitted", lambda: admitted(kubectl, namespace, "big"))
         intruder = {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"},
             "spec": {"nodeName": whole, "containers": [{
@@ -106,12 +110,11 @@ async def test_a_job_whose_planned_room_is_taken_is_requeued_at_once_and_starts_
         await kubectl.apply(intruder, "-n", other)
         await kubectl("delete", "resourcequota", "no-pods", "-n", namespace)
 
-        async def requeued() -> dict[str, str] | None:
-            found = [e for e in await events_for(kubectl, namespace, "big")
-                     if e["reason"] == "Requeued"]
-            return found[0] if found else None
-
-        event = await wait_until("big requeued for want of room", requeued, 60)
+        event = await wait_until(
+            "big requeued for want of room",
+            lambda: first_event(kubectl, namespace, "big", "Requeued"),
+            60,
+        )
         assert event["type"] == "Warning"
         assert "no node with room" in event["message"], event
         assert "Unschedulable" in event["message"], event
@@ -125,7 +128,7 @@ async def test_a_job_whose_planned_room_is_taken_is_requeued_at_once_and_starts_
         assert is_suspended(await get_job(kubectl, namespace, "big"))
         # ...and starts as soon as they do, without a backoff.
         await kubectl("delete", "pod", "intruder", "-n", other, "--wait=false")
-        await wait_until("big admitted again", lambda: running("big"), 30)
+        await wait_until("big admitted again", lambda: admitted(kubectl, namespace, "big"), 30)
 
         async def bound() -> bool:
             return whole in (await pods_by_node(kubectl, namespace)).values()
