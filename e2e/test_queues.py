@@ -184,27 +184,36 @@ async def test_a_starved_whole_node_job_gets_a_node_drained_across_queues(
 ) -> None:
     """Holding a queue's line is not enough when the small jobs that refill a node come from
     another queue: past the starvation timeout the big job gets the node held for it, the
-    other queue's waiting jobs stay off it, and the big job starts once it has drained."""
-    await fake_nodes.create(NodeSpec("gpu", gpus=8))
+    other queue's waiting jobs stay off it, and the big job starts once it has drained. The
+    job behind big in its own queue that cannot land on the held node starts meanwhile
+    (backfill) instead of waiting behind it."""
+    gpu, side = await fake_nodes.create(NodeSpec("gpu", gpus=8), NodeSpec("side", gpus=2))
+    on_gpu = {"kubernetes.io/hostname": gpu}
+    on_side = {"kubernetes.io/hostname": side}
     await queues.create("whole")
     await queues.create("small")
     kq = await kube_queue("--starvation-timeout=3")
-    small = queues.label("small")
-    # The node full of 2-GPU jobs of the other queue, ending one after another.
-    for i, run_for in enumerate(["6s", "9s", "12s", "15s"]):
-        await kubectl.apply(job(f"run{i}", gpus=2, run_for=run_for, labels=small),
-                            "-n", namespace)
+    small, whole = queues.label("small"), queues.label("whole")
+    # The node full of 2-GPU jobs of the other queue, ending one after another; the side node
+    # busy until after big has starved.
+    for i, run_for in enumerate(["6s", "9s", "12s", "18s"]):
+        await kubectl.apply(job(f"run{i}", gpus=2, run_for=run_for, labels=small,
+                                node_selector=on_gpu), "-n", namespace)
+    await kubectl.apply(job("side-run", gpus=2, run_for="10s", labels=whole,
+                            node_selector=on_side), "-n", namespace)
 
     async def node_full() -> bool:
         states = await suspended_states(kubectl, namespace)
-        return len(states) == 4 and not any(states.values())
+        return len(states) == 5 and not any(states.values())
 
-    await wait_until("the node full of small jobs", node_full)
-    await kubectl.apply(job("big", gpus=8, run_for="600s", labels=queues.label("whole")),
-                        "-n", namespace)
+    await wait_until("the nodes full", node_full)
+    await kubectl.apply(job("big", gpus=8, run_for="600s", labels=whole), "-n", namespace)
     await asyncio.sleep(1.1)  # creation timestamps are whole seconds: big is the oldest waiting
     for i in range(4):
-        await kubectl.apply(job(f"next{i}", gpus=2, labels=small), "-n", namespace)
+        await kubectl.apply(job(f"next{i}", gpus=2, labels=small, node_selector=on_gpu),
+                            "-n", namespace)
+    await kubectl.apply(job("mate", gpus=2, labels=whole, node_selector=on_side),
+                        "-n", namespace)
 
     async def node_held() -> bool:  # the gauge is refreshed once a second
         return "kube_queue_held_nodes 1.0" in await kq.metrics()
@@ -229,3 +238,10 @@ async def test_a_starved_whole_node_job_gets_a_node_drained_across_queues(
     assert taken["job"] == f"Job/{namespace}/big" and taken["nodes"][0].startswith("gpu-"), taken
     released = kq.log_events("queue.node_hold_released")[0]
     assert released["job"] == f"Job/{namespace}/big" and released["why"] == "admitted", released
+    # mate, behind big in its queue, started on the side node while gpu was held for big.
+    log = [json.loads(line) for line in kq.log().splitlines() if line.startswith("{")]
+    order = [(e["event"], e.get("job", "").rsplit("/", 1)[-1]) for e in log]
+    hold_at = order.index(("queue.node_hold", "big"))
+    mate_at = order.index(("job.admitted", "mate"))
+    big_at = order.index(("job.admitted", "big"))
+    assert hold_at < mate_at < big_at, (hold_at, mate_at, big_at)

@@ -10,6 +10,7 @@ from typing import Any
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.drain import plan_drain
 from kubequeue.demand import PodSet
+from kubequeue.queueing.spec import parse_queue
 from kubequeue.resources import GPU
 from unit import builders as b
 from unit.simcluster import Cluster, queue
@@ -29,11 +30,13 @@ class Clock:
         return self.now
 
 
-def crowded(starvation: float, clock: Clock, **kw: Any) -> Cluster:
+def crowded(
+    starvation: float, clock: Clock, teams: list[dict[str, Any]] = TEAMS, **kw: Any
+) -> Cluster:
     """Two 8-GPU nodes full of team-b's 2-GPU jobs, eight more of them waiting, and team-a's
     8-GPU job, older than all the waiting ones."""
     c = Cluster(
-        TEAMS,
+        teams,
         b.node("n1", gpu=8),
         b.node("n2", gpu=8),
         starvation_seconds=starvation,
@@ -55,10 +58,12 @@ def _node(c: Cluster, name: str) -> str:
     return c.tracker.cache._pods[uid].node
 
 
-def starved(clock: Clock, **kw: Any) -> tuple[Cluster, list[str], list[str]]:
+def starved(
+    clock: Clock, teams: list[dict[str, Any]] = TEAMS, **kw: Any
+) -> tuple[Cluster, list[str], list[str]]:
     """``crowded``, then the big job starved and one 2-GPU job on n1 finished (no cycle run
     yet): the cluster, and the running jobs on n1 and on n2 before that."""
-    c = crowded(60.0, clock, **kw)
+    c = crowded(60.0, clock, teams, **kw)
     clock.now = START + 75.0
     running = [f"b{i}" for i in range(8)]
     on_n1 = [n for n in running if _node(c, n) == "n1"]
@@ -129,6 +134,80 @@ def test_jobs_that_cannot_land_on_a_held_node_are_admitted_meanwhile() -> None:
     c.finish(on_n2[0])
     c.finish(on_n2[1])
     assert c.cycle_admits() == ["b-four"]
+
+
+def team_a(**spec: Any) -> list[dict[str, Any]]:
+    return [queue("team-a", namespaceSelector={"matchLabels": {"team": "a"}}, **spec), TEAMS[1]]
+
+
+def test_the_held_jobs_own_queue_goes_on_where_it_cannot_take_the_held_room() -> None:
+    """A starved job without held nodes stops its whole queue, since any room the jobs behind
+    it take might be room it needs. With nodes held for it, it is known where it will start:
+    the jobs behind it that cannot land there start as other queues' jobs do (backfill)."""
+    clock = Clock()
+    c, _, on_n2 = starved(clock)
+    assert c.cycle_admits() == []
+    assert c.cycle.hold is not None and c.cycle.hold.nodes == ("n1",)
+    c.submit("a-two", "ns-a", 2, 58)  # fits in n1's free room: the scheduler could put it there
+    c.submit("a-four", "ns-a", 4, 59)  # cannot fit on n1 as it is
+    c.finish(on_n2[0])
+    c.finish(on_n2[1])
+    assert c.cycle_admits() == ["a-four"], "behind big in its queue, on n2's 4 free GPUs"
+    assert _node(c, "a-four") == "n2"
+    job = c.tracker.queue.get(("Job", "ns-a", "a-two"))
+    assert job is not None and "node n1, held for Job ns-a/big" in job.wait_reason
+    assert c.cycle.blocked == {}, "big does not stop its queue while nodes are held for it"
+
+
+def test_behind_the_held_job_its_queue_keeps_quota_for_it() -> None:
+    """Backfill must not spend the quota the starved job will need when its nodes drain."""
+    clock = Clock()
+    c, _, on_n2 = starved(clock, team_a(quota={"max": {GPU: 10}}))
+    assert c.cycle_admits() == []
+    assert c.cycle.hold is not None
+    c.submit("a-four", "ns-a", 4, 59)
+    c.finish(on_n2[0])
+    c.finish(on_n2[1])
+    assert c.cycle_admits() == [], "8 + 4 GPUs is more than team-a's max of 10"
+    job = c.tracker.queue.get(("Job", "ns-a", "a-four"))
+    assert job is not None
+    assert "quota is kept for Job ns-a/big" in job.wait_reason, job.wait_reason
+    [told] = [n for n in c.last.notices if n.key[2] == "a-four"]
+    assert told.reason == "Queued" and "quota is kept for a job ahead of it" in told.message
+    # Room for both: it starts.
+    c.tracker.set_queues(parse_queue(q) for q in team_a(quota={"max": {GPU: 12}}))
+    assert c.cycle_admits() == ["a-four"]
+
+
+def test_a_strict_fifo_queue_still_waits_behind_its_held_job() -> None:
+    clock = Clock()
+    c, _, on_n2 = starved(clock, team_a(strategy="StrictFIFO"))
+    assert c.cycle_admits() == []
+    assert c.cycle.hold is not None
+    c.submit("a-four", "ns-a", 4, 59)
+    c.finish(on_n2[0])
+    c.finish(on_n2[1])
+    assert c.cycle_admits() == []
+    assert c.cycle.blocked[("team-a")].key == ("Job", "ns-a", "big")
+
+
+def test_backfill_behind_the_held_job_is_the_same_with_and_without_parking() -> None:
+    runs = []
+    for parking in (True, False):
+        clock = Clock()
+        c, on_n1, on_n2 = starved(clock, team_a(quota={"max": {GPU: 14}}), parking=parking)
+        trace = [(c.cycle_admits(), c.cycle.hold.nodes if c.cycle.hold else None)]
+        for i, gpus in enumerate((4, 2, 4, 1, 8, 2)):
+            c.submit(f"a{i}", "ns-a", gpus, 40 + i)
+        for name in [*on_n2, *on_n1[1:], "b8", "b9"]:
+            if name in c.objects:
+                c.finish(name)
+            admitted = c.cycle_admits()
+            trace.append((admitted, c.cycle.hold.nodes if c.cycle.hold else None))
+            clock.now += 5.0
+        runs.append(trace)
+    assert runs[0] == runs[1]
+    assert any(a.startswith("a") for admitted, _ in runs[0] for a in admitted)
 
 
 def test_no_node_is_held_when_the_job_waits_for_capacity_nobody_here_frees() -> None:
@@ -237,8 +316,6 @@ def test_the_jobs_a_hold_keeps_waiting_are_told_within_the_reasons_budget() -> N
 
 
 def test_the_hold_ends_when_its_queue_can_no_longer_take_the_job() -> None:
-    from kubequeue.queueing.spec import parse_queue
-
     clock = Clock()
     c, _, _ = starved(clock)
     assert c.cycle_admits() == []

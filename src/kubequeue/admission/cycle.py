@@ -180,6 +180,12 @@ class AdmissionCycle:
         # The job that fits but waits for pods in flight to be bound: the jobs after it wait
         # too, so a stream of small jobs cannot keep it waiting.
         holder: QueuedJob | None = None
+        # The starved job nodes are held for does not stop its own line as other starved jobs
+        # do: the jobs behind it may start where none of their pods can land on a held node
+        # and its queue's quota has room for them and for it together (backfill), as other
+        # queues' jobs may. Without a node hold there is no telling which room it will take,
+        # so a starved job stops its line.
+        backfill: QueuedJob | None = None
         # Loop invariants, read once: this walk visits every queued job, so it is kept lean.
         inflight = tracker.inflight
         nodes_generation = cache.nodes_generation
@@ -244,10 +250,12 @@ class AdmissionCycle:
                 job.quota_checked is not None and self._still_refused(job)
             ):
                 waiting += 1
-                stop = may_block and not job.over_quota and self._blocks(line, job, starved_before)
                 if hold is None and job.failed_at == generation:
                     hold = self._take_hold(result, job, starved_before)
-                if not stop and line.parks and parking is not None:
+                stop = may_block and not job.over_quota and self._blocks(line, job, starved_before)
+                if stop and hold is not None and job.key == hold.key and not line.strict:
+                    stop, backfill = False, job
+                if not stop and line.parks and parking is not None and job is not backfill:
                     memo = job.quota_checked
                     if memo is not None and self._still_refused(job):
                         parking.park_quota(job, memo[0])
@@ -279,10 +287,21 @@ class AdmissionCycle:
                     quota_ok = self._quota_allows(result, job)
                 if placed is None or not quota_ok:
                     held_on = None  # it waits for capacity or quota, as without the hold
+                # Behind the starved job nodes are held for: its queue keeps quota for it.
+                kept = (
+                    placed is not None
+                    and quota_ok
+                    and held_on is None
+                    and backfill is not None
+                    and job.queue == backfill.queue
+                    and bool(job.queue)
+                    and bool(self._quota_kept(job, backfill))
+                )
                 if (
                     placed is not None
                     and quota_ok
                     and held_on is None
+                    and not kept
                     and guard is not None
                     and (holder is not None or self._waits_for_binding(guard, job, instant))
                 ):
@@ -295,7 +314,7 @@ class AdmissionCycle:
                     waiting += 1
                     self._report_binding(result, job)
                     continue
-                if placed is not None and quota_ok and held_on is None:
+                if placed is not None and quota_ok and held_on is None and not kept:
                     shortcuts.taken()
                     if hold is not None and job.key == hold.key:
                         self._release_hold("admitted")
@@ -319,7 +338,7 @@ class AdmissionCycle:
                     # paid by a relocation, which changes no generation.)
                     job.failed_at = generation
                 policy = line.policy
-                if policy is not None and held_on is None:  # step 6: make room
+                if policy is not None and held_on is None and not kept:  # step 6: make room
                     preempting = self._preempt(result, job, policy, quota=not quota_ok)
                     if preempting:
                         shortcuts.taken()
@@ -338,6 +357,9 @@ class AdmissionCycle:
                     # of jobs waiting at once, and Events share the API server with admissions.
                     if self._report_held(result, job, hold, held_on, budget > 0):
                         budget -= 1
+                elif kept and backfill is not None:
+                    if self._report_kept(result, job, backfill, budget > 0):
+                        budget -= 1
                 elif placed is None and budget > 0 and self._explain(result, job, instant):
                     budget -= 1  # step 7
                 if hold is None and placed is None and not owed:
@@ -348,7 +370,9 @@ class AdmissionCycle:
                     and not job.over_quota
                     and self._blocks(line, job, starved_before)
                 )
-                if not stop and line.parks and parking is not None:
+                if stop and hold is not None and job.key == hold.key and not line.strict:
+                    stop, backfill = False, job
+                if not stop and line.parks and parking is not None and job is not backfill:
                     if placed is None:
                         if job.never_fits and job.never_fits_generation == nodes_generation:
                             parking.park_silent(job, never_fits=True)
@@ -481,6 +505,31 @@ class AdmissionCycle:
         if hold is not None:
             log.info("queue.node_hold_released", job="/".join(hold.key), why=why)
         self.hold = None
+
+    def _quota_kept(self, job: QueuedJob, head: QueuedJob) -> str:
+        """Why ``job``'s queue path cannot take its demand and ``head``'s together, or "" if it
+        can. Not remembered in ``quota_checked``: the answer depends on the hold, which may end
+        without the ledger moving."""
+        both = dict(job.demand)
+        resources.add_into(both, head.demand)
+        verdict = self.tracker.ledger.check(job.queue, both)
+        if verdict.allowed:
+            return ""
+        holder = f"{head.key[0]} {head.key[1]}/{head.key[2]}"
+        job.wait_reason = (
+            f"it fits, but its queue's quota is kept for {holder}, ahead of it, which has "
+            f"waited past the starvation timeout and has nodes held for it: {verdict.reason}"
+        )
+        return verdict.reason
+
+    def _report_kept(
+        self, result: CycleResult, job: QueuedJob, head: QueuedJob, event: bool
+    ) -> bool:
+        """An Event saying it waits for quota kept for a starved job, if ``event``; True if one
+        was due (one per job while the text stays the same)."""
+        if not event:
+            return False
+        return self._report(result, job, "Normal", "Queued", f"waiting: {KEPT}")
 
     def _report_held(
         self, result: CycleResult, job: QueuedJob, hold: NodeHold, node: str, event: bool
@@ -859,6 +908,12 @@ BINDING = (
 HELD = (
     "it fits, but a node it could start on is held for a job that has waited past the "
     "starvation timeout; it starts once that job does, or where other room frees"
+)
+
+KEPT = (
+    "it fits, but its queue's quota is kept for a job ahead of it that has waited past the "
+    "starvation timeout and has nodes held for it; it starts once that job does, or when the "
+    "queue's usage leaves room for both"
 )
 
 OWED = (
