@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", type=int, default=200, help="both systems' client burst")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
+        "--create-concurrency",
+        type=int,
+        default=32,
+        help="burst: Job creations in flight at once (the ceiling reports the rate of each)",
+    )
+    p.add_argument(
         "--kube-queue-arg",
         action="append",
         default=[],
@@ -77,6 +83,7 @@ async def _main(args: argparse.Namespace) -> list[Outcome]:
         scale=args.scale,
         seed=args.seed,
         kube_queue_args=tuple(args.kube_queue_arg),
+        create_concurrency=args.create_concurrency,
     )
     outcomes: list[Outcome] = []
     for scenario in args.scenarios.split(","):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,23 +46,30 @@ async def create_all(
     *,
     concurrency: int = 32,
     created: dict[str, float] | None = None,
+    then: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
 ) -> dict[str, float]:
     """POST every (collection path, object), ``concurrency`` at a time; returns name -> the
-    monotonic time its create call returned. Transient errors are retried."""
+    monotonic time its create call returned. Transient errors are retried. ``then`` is called
+    with the object's path and the created object (in the same slot of the concurrency)."""
     out = created if created is not None else {}
     limiter = anyio.CapacityLimiter(concurrency)
 
     async def one(path: str, obj: dict[str, Any]) -> None:
         async with limiter:
+            made: dict[str, Any] | None = None
             for attempt in range(20):
                 try:
-                    await client.create(path, obj)
+                    made = await client.create(path, obj)
                     break
                 except KubeError as exc:
                     if getattr(exc, "status", 0) == 409:
                         break  # exists (a retried create that had been applied)
                     await anyio.sleep(min(2.0, 0.05 * 2**attempt))
             out[obj["metadata"]["name"]] = time.monotonic()
+            if then is not None:
+                if made is None:
+                    made = await client.get(f"{path}/{obj['metadata']['name']}")
+                await then(f"{path}/{obj['metadata']['name']}", made)
 
     async with anyio.create_task_group() as tg:
         for path, obj in items:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +43,7 @@ from bench.e2e.load import (
     peak_rss_mib,
     percentile,
 )
-from kubequeue.kube.client import KubeClient, PoolLimits, connect
+from kubequeue.kube.client import KubeClient, KubeError, PoolLimits, connect
 
 __all__ = ["Settings", "run_scenario"]
 
@@ -60,6 +60,7 @@ class Settings:
     scale: float = 1.0
     seed: int = 7
     kube_queue_args: tuple[str, ...] = ()  # extra controller flags (experiments)
+    create_concurrency: int = 32  # burst: Job creations in flight at once
 
 
 def _job(
@@ -262,8 +263,67 @@ class KueueSystem(System):
         return {KUEUE_LABEL: name}
 
 
+class ClientLoopSystem(System):
+    """No queue: the burst's own creator un-suspends each Job the moment its create returns,
+    guarded by the resourceVersion the create answered (a 409 costs a GET and another try).
+    A queue with no watch, no decision and no cost of its own: the most any suspend-based
+    queue could admit while the same Jobs are being created on the same machine (the PATCH
+    ceiling is measured with nothing else running)."""
+
+    name = "client-loop"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.conflicts = 0
+
+    async def prepare(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        pass
+
+    async def start(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def queue(
+        self,
+        kubectl: Kubectl,
+        name: str,
+        cpu: str,
+        memory: str,
+        gpus: int,
+        namespace: str,
+        *,
+        no_borrowing: bool = True,
+    ) -> dict[str, str]:
+        return {}
+
+    def after_create(self, client: KubeClient) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+        async def admit(path: str, made: dict[str, Any]) -> None:
+            rv = str(made["metadata"]["resourceVersion"])
+            for attempt in range(20):
+                try:
+                    await client.merge_patch(
+                        path, {"spec": {"suspend": False}, "metadata": {"resourceVersion": rv}}
+                    )
+                    return
+                except KubeError as exc:
+                    if getattr(exc, "status", 0) == 409:
+                        self.conflicts += 1
+                        rv = str((await client.get(path))["metadata"]["resourceVersion"])
+                        continue
+                    await anyio.sleep(min(2.0, 0.05 * 2**attempt))
+
+        return admit
+
+
 def make_system(name: str, settings: Settings) -> System:
-    return {"kube-queue": KubeQueueSystem, "kueue": KueueSystem}[name](settings)
+    systems: dict[str, type[System]] = {
+        "kube-queue": KubeQueueSystem,
+        "kueue": KueueSystem,
+        "client-loop": ClientLoopSystem,
+    }
+    return systems[name](settings)  # type: ignore[call-arg]
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -327,9 +387,18 @@ async def ceiling(cluster: LocalCluster, settings: Settings, jobs: int) -> dict[
         # As fast as the API server takes it: the best of a few client concurrencies, each
         # on its own jobs (the same spec a queue would patch).
         best: dict[str, Any] = {}
+        # Creating the Jobs is timed too, at the same concurrency and with nothing else
+        # running: the most a burst (jobs admitted while they are created) could ever admit.
+        created_per_s: dict[str, float] = {}
         for concurrency in (32, 64, 128):
             prefix = f"c{concurrency}"
-            await create_all(client, ((path, _job(f"{prefix}-{i:05d}")) for i in range(jobs)))
+            stamps = await create_all(
+                client,
+                ((path, _job(f"{prefix}-{i:05d}")) for i in range(jobs)),
+                concurrency=concurrency,
+            )
+            span = max(stamps.values()) - min(stamps.values())
+            created_per_s[str(concurrency)] = len(stamps) / span if span else float("nan")
             seconds = await patch_all(
                 client,
                 [f"{path}/{prefix}-{i:05d}" for i in range(jobs)],
@@ -377,6 +446,8 @@ async def ceiling(cluster: LocalCluster, settings: Settings, jobs: int) -> dict[
                 versions=versions,
                 conflicts=conflicts,
             )
+        best["created_per_s"] = created_per_s
+        best["best_created_per_s"] = max(created_per_s.values())
         best["guarded_patches_per_s"] = jobs / seconds
         best["guarded_conflicts"] = len(conflicts)
         running = [seen.running[n] for n in wanted if n in seen.running]
@@ -453,7 +524,17 @@ async def burst(
             )
             started = time.monotonic()
             if not backlog:
-                await create_all(client, ((path, m) for m in manifests), created=created)
+                await create_all(
+                    client,
+                    ((path, m) for m in manifests),
+                    concurrency=settings.create_concurrency,
+                    created=created,
+                    then=(
+                        system.after_create(client)
+                        if isinstance(system, ClientLoopSystem)
+                        else None
+                    ),
+                )
         cpu_used = (cpu_seconds(system.pid) - cpu_before) if system.pid else float("nan")
         rss = peak_rss_mib(system.pid) if system.pid else float("nan")
     waits = [seen.admitted[n] - created[n] for n in names if n in seen.admitted and n in created]
@@ -484,6 +565,7 @@ async def burst(
         "controller_cpu_s": cpu_used,
         "controller_peak_rss_mib": rss,
         "admitted_twice": sum(1 for v in seen.transitions.values() if v > 1),
+        "conflicts": system.conflicts if isinstance(system, ClientLoopSystem) else float("nan"),
     }
 
 
