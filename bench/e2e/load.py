@@ -50,7 +50,8 @@ async def create_all(
 ) -> dict[str, float]:
     """POST every (collection path, object), ``concurrency`` at a time; returns name -> the
     monotonic time its create call returned. Transient errors are retried. ``then`` is called
-    with the object's path and the created object (in the same slot of the concurrency)."""
+    with the object's path and the created object once its slot is free (``then`` bounds its
+    own concurrency)."""
     out = created if created is not None else {}
     limiter = anyio.CapacityLimiter(concurrency)
 
@@ -66,10 +67,11 @@ async def create_all(
                         break  # exists (a retried create that had been applied)
                     await anyio.sleep(min(2.0, 0.05 * 2**attempt))
             out[obj["metadata"]["name"]] = time.monotonic()
-            if then is not None:
-                if made is None:
-                    made = await client.get(f"{path}/{obj['metadata']['name']}")
-                await then(f"{path}/{obj['metadata']['name']}", made)
+        if then is not None:  # after the slot is free: it does not slow the creations
+            name = obj["metadata"]["name"]
+            if made is None:
+                made = await client.get(f"{path}/{name}")
+            await then(f"{path}/{name}", made)
 
     async with anyio.create_task_group() as tg:
         for path, obj in items:
