@@ -13,6 +13,7 @@ annotation and their missing pods are held again). A restart therefore can never
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ UNPLACED = ""
 
 @dataclass(slots=True)
 class _Held:
+    key: JobKey
+    seq: int  # order of insertion into Reservations._held (relocate() goes in that order)
     pod_sets: dict[str, PodSet]
     # pod set name -> node -> reserved pod count
     placed: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -58,8 +61,16 @@ class Reservations:
         # capacity, held on the nodes its victims are leaving (relocate() leaves them alone).
         self._pinned: set[JobKey] = set()
         # Held pods per node (UNPLACED included), so relocate() looks at the few nodes that
-        # hold anything instead of at every hold.
+        # hold anything instead of at every hold; and per node, the jobs holding pods there,
+        # so it moves the holds of the stranded nodes without a pass over every admitted job.
         self._holds_on: dict[str, int] = {}
+        self._jobs_on: dict[str, dict[JobKey, int]] = {}
+        self._serial = itertools.count()
+        # The stranded nodes among those holding anything, memoised on what they depend on:
+        # every change of a node's free capacity moves cache.version, every hold moves
+        # _holds_version (a hold on no node touches no node).
+        self._holds_version = 0
+        self._stranded_memo: tuple[tuple[int, int], frozenset[str]] = ((-1, -1), frozenset())
         # Held pods per shape (request, constraints), for the binding guard (capacity/binding.py):
         # the pods in flight, whose nodes the scheduler has not chosen yet.
         self.inflight: dict[Shape, tuple[Resources, NodeConstraints, int]] = {}
@@ -98,7 +109,7 @@ class Reservations:
         self.release(job)
         if pinned:
             self._pinned.add(job)
-        held = _Held(pod_sets={ps.name: ps for ps in pod_sets})
+        held = _Held(job, next(self._serial), pod_sets={ps.name: ps for ps in pod_sets})
         self._held[job] = held
         for a in assignments:
             self._add(held, a.pod_set, a.node, a.count)
@@ -108,7 +119,7 @@ class Reservations:
         """An admitted job as observed now (after a restart, or its status moved)."""
         held = self._held.get(job)
         if held is None:
-            held = _Held(pod_sets={})
+            held = _Held(job, next(self._serial), pod_sets={})
             self._held[job] = held
         new = {ps.name: ps for ps in pod_sets}
         for name in list(held.placed):
@@ -195,12 +206,14 @@ class Reservations:
         if generation == self._relocated_at:
             return 0
         moved = 0
-        stranded = {node for node in self._holds_on if self._stranded(node)}
+        stranded = self._stranded_nodes()
         pinned = self._pinned
-        for job, held in self._held.items() if stranded else ():
-            if not held.placed:  # most admitted jobs: every pod bound, nothing held
-                continue
-            if pinned and job in pinned:
+        # The jobs holding pods on a stranded node, in the order they were held.
+        jobs_on = self._jobs_on
+        candidates = {job for node in stranded for job in jobs_on.get(node, ())}
+        held_by = self._held
+        for held in sorted((held_by[job] for job in candidates), key=_seq):
+            if pinned and held.key in pinned:
                 continue
             for name, nodes in list(held.placed.items()):
                 ps = held.pod_sets[name]
@@ -238,7 +251,8 @@ class Reservations:
             return self._debt
         self._debt_at = memo
         self._debt = {}
-        stranded = [node for node in self._holds_on if self._stranded(node)]
+        stranded_now = self._stranded_nodes()
+        stranded = [node for node in self._holds_on if node in stranded_now]
         if not stranded:
             return self._debt
         pinned_on = self._pinned_nodes()
@@ -269,19 +283,9 @@ class Reservations:
         state). Pinned holds are left out, like the nodes they share, as debt() does them."""
         if not self.debt():
             return set()  # the usual case: nothing owed, nothing to look for
-        stranded = {node for node in self._holds_on if self._stranded(node)}
-        stranded -= self._pinned_nodes()
-        out: set[JobKey] = set()
-        for job, held in self._held.items():
-            if job in self._pinned:
-                continue
-            if any(
-                count > 0 and node in stranded
-                for nodes in held.placed.values()
-                for node, count in nodes.items()
-            ):
-                out.add(job)
-        return out
+        stranded = self._stranded_nodes() - self._pinned_nodes()
+        jobs_on = self._jobs_on
+        return {job for node in stranded for job in jobs_on.get(node, ())} - self._pinned
 
     # ----------------------------------------------------------------- internals
     def _pinned_nodes(self) -> set[str]:
@@ -291,6 +295,16 @@ class Reservations:
             held = self._held.get(job)
             for nodes in held.placed.values() if held is not None else ():
                 out.update(nodes)
+        return out
+
+    def _stranded_nodes(self) -> frozenset[str]:
+        """The nodes holding anything that cannot take what they hold (``_stranded``)."""
+        key = (self._cache.version, self._holds_version)
+        memo = self._stranded_memo
+        if memo[0] == key:
+            return memo[1]
+        out = frozenset(node for node in self._holds_on if self._stranded(node))
+        self._stranded_memo = (key, out)
         return out
 
     def _stranded(self, node: str) -> bool:
@@ -304,6 +318,9 @@ class Reservations:
         nodes = held.placed.setdefault(pod_set, {})
         nodes[node] = nodes.get(node, 0) + count
         self._holds_on[node] = self._holds_on.get(node, 0) + count
+        jobs = self._jobs_on.setdefault(node, {})
+        jobs[held.key] = jobs.get(held.key, 0) + count
+        self._holds_version += 1
         self._count_inflight(ps, count)
         if node != UNPLACED:
             self._cache.reserve(node, ps.request, count)
@@ -326,6 +343,16 @@ class Reservations:
             self._holds_on[node] = left
         else:
             self._holds_on.pop(node, None)
+        jobs = self._jobs_on.get(node)
+        if jobs is not None:
+            mine = jobs.get(held.key, 0) - count
+            if mine > 0:
+                jobs[held.key] = mine
+            else:
+                jobs.pop(held.key, None)
+                if not jobs:
+                    del self._jobs_on[node]
+        self._holds_version += 1
         self._count_inflight(held.pod_sets[pod_set], -count)
         if node != UNPLACED:
             self._cache.unreserve(node, held.pod_sets[pod_set].request, count)
@@ -376,6 +403,10 @@ class Reservations:
             why="an admitted job's pods are missing and no free capacity is left to hold for them",
         )
         self._add(held, ps.name, node, count)
+
+
+def _seq(held: _Held) -> int:
+    return held.seq
 
 
 def _roominess(free: Mapping[str, int], ps: PodSet) -> tuple[int, int, int]:
