@@ -42,9 +42,7 @@ def _check(res: Reservations, cache: CapacityCache) -> None:
             for job, held in res._held.items()
             if job not in res._pinned
             and any(
-                node in stranded - pinned_on
-                for nodes in held.placed.values()
-                for node in nodes
+                node in stranded - pinned_on for nodes in held.placed.values() for node in nodes
             )
         }
         assert res.stranded_jobs() == owed
@@ -89,6 +87,33 @@ def test_the_index_and_the_memo_agree_with_a_full_pass() -> None:
             elif op < 0.85:
                 name = rng.choice(names)
                 cache.upsert_node(b.node(name, gpu=8, unschedulable=rng.random() < 0.5))
-            else:
+            elif op < 0.9:
                 res.relocate()
-            _check(res, cache)
+            elif op < 0.95:
+                # A node goes away (its holds are stranded) and may come back.
+                name = rng.choice(names)
+                cache.delete_node(name)
+                if rng.random() < 0.5:
+                    cache.upsert_node(b.node(name, gpu=8))
+            else:
+                cache.upsert_node(b.node(rng.choice(names), gpu=8))
+            # Answers are kept up to date from what changed since the last question: ask
+            # after one change or after several.
+            if rng.random() < 0.4:
+                _check(res, cache)
+        _check(res, cache)
+
+
+def test_touched_nodes_are_forgotten_when_nodes_churn_and_readers_then_look_at_all() -> None:
+    cache = CapacityCache()
+    cache.upsert_node(b.node("stay", gpu=8))
+    start = cache.version
+    assert cache.touched_since(start, 10) == []
+    for i in range(1100):
+        cache.upsert_node(b.node(f"gone{i}", gpu=8))
+        cache.delete_node(f"gone{i}")
+    assert len(cache._touched) <= 2 * len(cache.nodes) + 1025
+    assert cache.touched_since(start, 10_000) is None, "the record no longer goes back that far"
+    now = cache.version
+    cache.upsert_pod(b.pod("p", "stay", {GPU: "1"}), None)
+    assert cache.touched_since(now, 10) == ["stay"]

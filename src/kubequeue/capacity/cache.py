@@ -134,6 +134,10 @@ class CapacityCache:
         # order of those gains: the distinct nodes freed since any generation, newest first,
         # in time linear in their number (freed_nodes_since).
         self._last_freed: dict[str, int] = {}
+        # Likewise each node whose free capacity or state changed, with the version of its
+        # latest change (touched_since): what a memo of a per-node verdict must look at again.
+        self._touched: dict[str, int] = {}
+        self._touched_floor = 0  # touched_since cannot answer for versions before this
 
     # ----------------------------------------------------------------- sizes, for metrics
     @property
@@ -189,6 +193,7 @@ class CapacityCache:
         self._feasible.clear()
         self._groups.clear()
         self.version += 1  # memos keyed on it (most_free) must not name this node again
+        self._touch(name)
         self.nodes_generation += 1
         self._last_freed.pop(name, None)  # no room left to find there
         if state.pods or any(state.reserved.values()):
@@ -196,9 +201,13 @@ class CapacityCache:
             state.known = False
         else:
             del self.nodes[name]
+            self._forget_touched()
 
     def _node_changed(self, state: NodeState) -> None:
         self.version += 1
+        touched = self._touched
+        touched.pop(state.name, None)
+        touched[state.name] = self.version
         key = bucket_of(state.free) if state.schedulable else None
         if key != state.index_key:
             self._moved(state, key)
@@ -235,6 +244,32 @@ class CapacityCache:
         last[node] = self.freed_generation
         if self._on_freed is not None:
             self._on_freed()
+
+    def _touch(self, name: str) -> None:
+        self._touched.pop(name, None)
+        self._touched[name] = self.version
+
+    def _forget_touched(self) -> None:
+        """Nodes are gone for good: once their entries outnumber the nodes, drop them all
+        (readers from before then get None and look at every node once)."""
+        if len(self._touched) > 2 * len(self.nodes) + 1024:
+            self._touched.clear()
+            self._touched_floor = self.version
+
+    def touched_since(self, version: int, limit: int) -> list[str] | None:
+        """The distinct nodes whose free capacity or state changed after ``version``; None
+        when there are more than ``limit`` or the record does not go back that far."""
+        if version < self._touched_floor:
+            return None
+        touched = self._touched
+        out: list[str] = []
+        for name in reversed(touched):
+            if touched[name] <= version:
+                break
+            if len(out) == limit:
+                return None
+            out.append(name)
+        return out
 
     def freed_nodes_since(self, generation: int, limit: int) -> list[str] | None:
         """The distinct nodes that gained free capacity after ``freed_generation`` was
@@ -292,6 +327,9 @@ class CapacityCache:
             free[name] = free.get(name, 0) - amount
         state.pods += 1
         self.version += 1
+        touched = self._touched
+        touched.pop(node, None)
+        touched[node] = self.version
         key = state.index_key
         if state.known and state.ready and not state.unschedulable:
             # bucket_of(free), inlined: this runs on every pod event

@@ -66,10 +66,11 @@ class Reservations:
         self._holds_on: dict[str, int] = {}
         self._jobs_on: dict[str, dict[JobKey, int]] = {}
         self._serial = itertools.count()
-        # The stranded nodes among those holding anything, memoised on what they depend on:
-        # every change of a node's free capacity moves cache.version, every hold moves
-        # _holds_version (a hold on no node touches no node).
+        # The stranded nodes among those holding anything, kept up to date from what changed:
+        # the nodes the cache says were touched since (every change of a node's free capacity
+        # or state), and the nodes that gained their first or lost their last hold.
         self._holds_version = 0
+        self._holds_changed: set[str] = set()
         self._stranded_memo: tuple[tuple[int, int], frozenset[str]] = ((-1, -1), frozenset())
         # Held pods per shape (request, constraints), for the binding guard (capacity/binding.py):
         # the pods in flight, whose nodes the scheduler has not chosen yet.
@@ -298,12 +299,30 @@ class Reservations:
         return out
 
     def _stranded_nodes(self) -> frozenset[str]:
-        """The nodes holding anything that cannot take what they hold (``_stranded``)."""
-        key = (self._cache.version, self._holds_version)
-        memo = self._stranded_memo
-        if memo[0] == key:
-            return memo[1]
-        out = frozenset(node for node in self._holds_on if self._stranded(node))
+        """The nodes holding anything that cannot take what they hold (``_stranded``).
+
+        Recomputed only for the nodes touched since the last answer (a burst touches a few
+        nodes per cycle while a thousand hold pods); all of them when too many were."""
+        cache = self._cache
+        key = (cache.version, self._holds_version)
+        (version, _), known = self._stranded_memo
+        if (version, _) == key:
+            return known
+        holds_on = self._holds_on
+        touched = cache.touched_since(version, len(holds_on)) if version >= 0 else None
+        if touched is None:
+            out = frozenset(node for node in holds_on if self._stranded(node))
+        else:
+            changed = set(touched)
+            changed |= self._holds_changed
+            current = set(known)
+            for node in changed:
+                if node in holds_on and self._stranded(node):
+                    current.add(node)
+                else:
+                    current.discard(node)
+            out = frozenset(current)
+        self._holds_changed.clear()
         self._stranded_memo = (key, out)
         return out
 
@@ -321,6 +340,7 @@ class Reservations:
         jobs = self._jobs_on.setdefault(node, {})
         jobs[held.key] = jobs.get(held.key, 0) + count
         self._holds_version += 1
+        self._holds_changed.add(node)
         self._count_inflight(ps, count)
         if node != UNPLACED:
             self._cache.reserve(node, ps.request, count)
@@ -353,6 +373,7 @@ class Reservations:
                 if not jobs:
                     del self._jobs_on[node]
         self._holds_version += 1
+        self._holds_changed.add(node)
         self._count_inflight(held.pod_sets[pod_set], -count)
         if node != UNPLACED:
             self._cache.unreserve(node, held.pod_sets[pod_set].request, count)
