@@ -357,8 +357,10 @@ class AdmissionCycle:
                     # of jobs waiting at once, and Events share the API server with admissions.
                     if self._report_held(result, job, hold, held_on, budget > 0):
                         budget -= 1
-                elif kept and backfill is not None:
-                    if self._report_kept(result, job, backfill, budget > 0):
+                elif kept:  # like the held jobs', its Event counts against the budget
+                    if budget > 0 and self._report(
+                        result, job, "Normal", "Queued", f"waiting: {KEPT}"
+                    ):
                         budget -= 1
                 elif placed is None and budget > 0 and self._explain(result, job, instant):
                     budget -= 1  # step 7
@@ -521,15 +523,6 @@ class AdmissionCycle:
             f"waited past the starvation timeout and has nodes held for it: {verdict.reason}"
         )
         return verdict.reason
-
-    def _report_kept(
-        self, result: CycleResult, job: QueuedJob, head: QueuedJob, event: bool
-    ) -> bool:
-        """An Event saying it waits for quota kept for a starved job, if ``event``; True if one
-        was due (one per job while the text stays the same)."""
-        if not event:
-            return False
-        return self._report(result, job, "Normal", "Queued", f"waiting: {KEPT}")
 
     def _report_held(
         self, result: CycleResult, job: QueuedJob, hold: NodeHold, node: str, event: bool
