@@ -261,28 +261,12 @@ class CapacityCache:
         when there are more than ``limit`` or the record does not go back that far."""
         if version < self._touched_floor:
             return None
-        touched = self._touched
-        out: list[str] = []
-        for name in reversed(touched):
-            if touched[name] <= version:
-                break
-            if len(out) == limit:
-                return None
-            out.append(name)
-        return out
+        return _newer_than(self._touched, version, limit)
 
     def freed_nodes_since(self, generation: int, limit: int) -> list[str] | None:
         """The distinct nodes that gained free capacity after ``freed_generation`` was
         ``generation``, newest first; None when there are more than ``limit``."""
-        last = self._last_freed
-        out: list[str] = []
-        for name in reversed(last):
-            if last[name] <= generation:
-                break
-            if len(out) == limit:
-                return None
-            out.append(name)
-        return out
+        return _newer_than(self._last_freed, generation, limit)
 
     # ----------------------------------------------------------------- pods
     def upsert_pod(self, pod: Pod, owner: PodOwner | None) -> JobKey | None:
@@ -597,3 +581,17 @@ class CapacityCache:
             self._most.clear()
         self._most[key] = (self.version, found)
         return found
+
+
+def _newer_than(record: dict[str, int], mark: int, limit: int) -> list[str] | None:
+    """The names ``record`` (name -> the stamp of its latest change, kept in stamp order)
+    stamped after ``mark``, newest first, in time linear in their number; None when there are
+    more than ``limit``."""
+    out: list[str] = []
+    for name in reversed(record):
+        if record[name] <= mark:
+            break
+        if len(out) == limit:
+            return None
+        out.append(name)
+    return out
