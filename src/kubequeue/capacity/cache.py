@@ -205,9 +205,7 @@ class CapacityCache:
 
     def _node_changed(self, state: NodeState) -> None:
         self.version += 1
-        touched = self._touched
-        touched.pop(state.name, None)
-        touched[state.name] = self.version
+        self._touch(state.name)
         key = bucket_of(state.free) if state.schedulable else None
         if key != state.index_key:
             self._moved(state, key)
@@ -311,7 +309,7 @@ class CapacityCache:
             free[name] = free.get(name, 0) - amount
         state.pods += 1
         self.version += 1
-        touched = self._touched
+        touched = self._touched  # _touch(node), inlined: this runs on every pod event
         touched.pop(node, None)
         touched[node] = self.version
         key = state.index_key

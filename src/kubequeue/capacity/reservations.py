@@ -252,8 +252,7 @@ class Reservations:
             return self._debt
         self._debt_at = memo
         self._debt = {}
-        stranded_now = self._stranded_nodes()
-        stranded = [node for node in self._holds_on if node in stranded_now]
+        stranded = sorted(self._stranded_nodes())  # in a fixed order, not a pass over all
         if not stranded:
             return self._debt
         pinned_on = self._pinned_nodes()
@@ -305,11 +304,11 @@ class Reservations:
         nodes per cycle while a thousand hold pods); all of them when too many were."""
         cache = self._cache
         key = (cache.version, self._holds_version)
-        (version, _), known = self._stranded_memo
-        if (version, _) == key:
+        seen, known = self._stranded_memo
+        if seen == key:
             return known
         holds_on = self._holds_on
-        touched = cache.touched_since(version, len(holds_on)) if version >= 0 else None
+        touched = cache.touched_since(seen[0], len(holds_on)) if seen[0] >= 0 else None
         if touched is None:
             out = frozenset(node for node in holds_on if self._stranded(node))
         else:
