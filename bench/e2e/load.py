@@ -26,6 +26,7 @@ __all__ = [
     "cpu_seconds",
     "create_all",
     "patch_all",
+    "patch_one",
     "peak_rss_mib",
     "percentile",
 ]
@@ -79,6 +80,30 @@ async def create_all(
     return out
 
 
+async def patch_one(
+    client: KubeClient,
+    path: str,
+    body: Mapping[str, Any],
+    rv: str | None = None,
+    conflicts: list[str] | None = None,
+) -> None:
+    """Merge-patch one object with ``body``, guarded by ``rv`` if given: a 409 (the object
+    changed since) costs a GET and another guarded patch, and is appended to ``conflicts``.
+    Transient errors are retried."""
+    for attempt in range(20):
+        try:
+            guard = {} if rv is None else {"metadata": {"resourceVersion": rv}}
+            await client.merge_patch(path, {**body, **guard})
+            return
+        except KubeError as exc:
+            if rv is not None and getattr(exc, "status", 0) == 409:
+                if conflicts is not None:
+                    conflicts.append(path)
+                rv = str((await client.get(path))["metadata"]["resourceVersion"])
+                continue
+            await anyio.sleep(min(2.0, 0.05 * 2**attempt))
+
+
 async def patch_all(
     client: KubeClient,
     paths: Sequence[str],
@@ -99,18 +124,7 @@ async def patch_all(
     async def one(path: str) -> None:
         rv = versions.get(path) if versions is not None else None
         async with limiter:
-            for attempt in range(20):
-                try:
-                    guard = {} if rv is None else {"metadata": {"resourceVersion": rv}}
-                    await client.merge_patch(path, {**body, **guard})
-                    return
-                except KubeError as exc:
-                    if rv is not None and getattr(exc, "status", 0) == 409:
-                        if conflicts is not None:
-                            conflicts.append(path)
-                        rv = str((await client.get(path))["metadata"]["resourceVersion"])
-                        continue
-                    await anyio.sleep(min(2.0, 0.05 * 2**attempt))
+            await patch_one(client, path, body, rv, conflicts)
 
     async with anyio.create_task_group() as tg:
         for path in paths:
