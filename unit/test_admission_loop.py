@@ -24,7 +24,7 @@ from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.kinds.job import JobKind
-from kubequeue.labels import ADMITTED_AT
+from kubequeue.labels import ADMITTED_AT, STOPPED
 from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.resources import GPU
@@ -503,6 +503,9 @@ async def test_an_unplaceable_job_is_requeued_only_once_its_pods_say_unschedulab
     assert "kube-queue.io/requeues" not in annotations, "no attempt is counted"
     if confirmed:
         assert obj["spec"]["suspend"] is True and ADMITTED_AT not in annotations
+        why, _, at = annotations[STOPPED].partition(" ")
+        assert why == "Unplaceable" and at.endswith("Z"), "the suspension is stamped as ours"
     else:
         assert w.running("big") and "Requeued" not in w.events.reasons("big")
+        assert STOPPED not in annotations
     assert key("big") not in w.tracker.victims

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.chaos.checker import ADMITTED_AT, Invariants
+from e2e.chaos.checker import ADMITTED_AT, STOPPED, Invariants
 
 
 class Clock:
@@ -17,10 +17,13 @@ class Clock:
         return self.now
 
 
-def job(name: str, suspend: bool, stamp: str | None = None, done: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
+def job(name: str, suspend: bool, stamp: str | None = None, done: bool = False,
+        stopped: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "annotations": {}}
     if stamp:
-        meta["annotations"] = {ADMITTED_AT: stamp}
+        meta["annotations"][ADMITTED_AT] = stamp
+    if stopped:
+        meta["annotations"][STOPPED] = stopped
     status = {"conditions": [{"type": "Complete", "status": "True"}]} if done else {}
     return {"metadata": meta, "spec": {"suspend": suspend}, "status": status}
 
@@ -70,6 +73,37 @@ def test_suspension_by_someone_else_is_flagged() -> None:
     inv.job_seen(job("a", False, "t1"))
     inv.job_seen(job("a", True, "t1"))
     assert any("suspended again" in v for v in inv.found.violations)
+
+
+def test_a_suspension_kube_queue_stamped_starts_a_new_episode() -> None:
+    """The unplaceable requeue (on by default) suspends a starting job and admits it again:
+    legitimate, because the suspending write carries a new stopped stamp."""
+    inv = Invariants(clock=Clock())
+    inv.job_seen(job("a", True))
+    inv.job_seen(job("a", False, "t1"))
+    inv.job_seen(job("a", True, stopped="Unplaceable t2"))
+    inv.job_seen(job("a", False, "t3", stopped="Unplaceable t2"))
+    assert inv.found.violations == []
+    # A third admission needs a third stamp, not the old one seen again.
+    inv.job_seen(job("a", False, "t4", stopped="Unplaceable t2"))
+    assert any("admitted 3 times" in v for v in inv.found.violations)
+
+
+def test_a_missed_stamped_suspension_still_counts_but_an_unstamped_one_does_not() -> None:
+    """A relist can hide the suspended state: the stamp on the re-admitted job still shows a
+    stop happened. Without a stamp, a re-admission is flagged."""
+    inv = Invariants(clock=Clock())
+    inv.job_seen(job("a", True))
+    inv.job_seen(job("a", False, "t1"))
+    inv.job_seen(job("a", False, "t3", stopped="Unplaceable t2"))
+    assert inv.found.violations == []
+    other = Invariants(clock=Clock())
+    other.job_seen(job("b", True))
+    other.job_seen(job("b", False, "t1"))
+    other.job_seen(job("b", True, stopped="Preempted t0"))  # an old stamp...
+    other.job_seen(job("b", False, "t2", stopped="Preempted t0"))
+    other.job_seen(job("b", True, stopped="Preempted t0"))  # ...excuses one stop, not two
+    assert any("suspended again" in v for v in other.found.violations)
 
 
 def test_node_over_commit_is_flagged_and_terminal_pods_do_not_count() -> None:

@@ -7,7 +7,12 @@ pods of one namespace, the nodes, and the namespace's Events, and records every 
   ``unschedulable_grace_s`` (the symptom of an admission no node could hold);
 - **one admission per episode**: a job is admitted (suspend false, ``kube-queue.io/admitted-at``
   set or changed) at most once between two suspensions, and never suspended again by anyone
-  but the test (the scenarios run without preemption or requeue);
+  but the test or kube-queue itself saying so. The scenarios configure no preemption, but the
+  controller requeues a starting job whose pods' room the scheduler gave to other pods
+  (``--unplaceable-timeout``); every suspension kube-queue makes carries a new
+  ``kube-queue.io/stopped`` stamp in the same write, and only a stamped suspension starts a new
+  episode. A second admission without a suspension in between (two leaders, a lost write
+  admitted again) is never excused;
 - **nothing lost** (``final()``): every job is finished, admitted, deleted by the test, or still
   suspended with an Event on it saying why;
 - **liveness** (``final()``): every job that fits the empty cluster was admitted in time.
@@ -31,6 +36,7 @@ import anyio
 import yaml
 
 ADMITTED_AT = "kube-queue.io/admitted-at"
+STOPPED = "kube-queue.io/stopped"
 GPU = "nvidia.com/gpu"
 _SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
            "G": 10**9, "T": 10**12}
@@ -73,6 +79,8 @@ class JobSeen:
     finished: bool = False
     deleted: bool = False
     user_suspends: int = 0
+    stops: set[str] = field(default_factory=set)
+    """kube-queue's own suspensions: the distinct ``kube-queue.io/stopped`` stamps seen."""
 
 
 @dataclass
@@ -136,18 +144,26 @@ class Invariants:
             for c in status.get("conditions") or []
         )
         suspended = (obj.get("spec") or {}).get("suspend") is True
-        stamp = (meta.get("annotations") or {}).get(ADMITTED_AT)
+        annotations = meta.get("annotations") or {}
+        stamp = annotations.get(ADMITTED_AT)
+        stopped = annotations.get(STOPPED)
+        if stopped:
+            # Seen even when the suspension itself was missed (a relist between it and the
+            # next admission): the stamp stays on the job until kube-queue stops it again.
+            seen.stops.add(str(stopped))
         if not suspended and stamp and (seen.suspended or stamp != seen.admitted_at):
             seen.admissions += 1
             self.admission_times.append(self.clock())
             seen.first_admitted = seen.first_admitted or self.clock()
-            if seen.admissions > 1 + seen.user_suspends:
+            if seen.admissions > 1 + seen.user_suspends + len(seen.stops):
                 self.found.add(f"job {name} admitted {seen.admissions} times "
-                               f"({seen.user_suspends} suspensions by the test)")
+                               f"({seen.user_suspends} suspensions by the test, "
+                               f"{len(seen.stops)} by kube-queue)")
         if suspended and not seen.suspended and not seen.finished:
             episodes = seen.admissions
-            if episodes > seen.user_suspends:
-                self.found.add(f"job {name} suspended again by someone other than the test")
+            if episodes > seen.user_suspends + len(seen.stops):
+                self.found.add(f"job {name} suspended again by someone other than the test "
+                               "and without kube-queue's stopped stamp")
         seen.suspended = suspended
         seen.admitted_at = stamp if not suspended else seen.admitted_at
 

@@ -22,6 +22,7 @@ import random
 import statistics
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +191,9 @@ class Campaign:
                 result.finished = sum(1 for j in checker.jobs.values() if j.finished)
                 result.notes["checker_relists"] = checker.found.relists
                 result.notes["checker_events"] = checker.found.events
+                stops = [stop.partition(" ")[0] for j in checker.jobs.values() for stop in j.stops]
+                if stops:  # kube-queue's own suspensions (unplaceable requeues), by why
+                    result.notes["kube_queue_stops"] = dict(sorted(Counter(stops).items()))
             result.notes.pop("blocked", None)
         finally:
             for kq in controllers:

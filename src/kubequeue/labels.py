@@ -17,6 +17,7 @@ __all__ = [
     "QUEUE_LABEL",
     "REQUEUED_AT",
     "REQUEUES",
+    "STOPPED",
     "SUSPEND_ANNOTATION",
 ]
 
@@ -44,6 +45,11 @@ PREEMPTIBLE = "kube-queue.io/preemptible"
 # many times that happened, and when (the backoff before the next admission counts from it).
 REQUEUES = "kube-queue.io/requeues"
 REQUEUED_AT = "kube-queue.io/requeued-at"
+# Written in the same write as every suspension kube-queue makes of a job it admitted:
+# "<Why> <time>", Why being Preempted, Requeued (its pods did not start in time) or Unplaceable
+# (its pods' room was taken). kube-queue never reads it back; it tells a user (or an auditor:
+# e2e/chaos) that this suspension was kube-queue's, and why, even once the Event has expired.
+STOPPED = "kube-queue.io/stopped"
 # Written after the last allowed requeue: a hash of the job's spec. The job waits (GaveUp)
 # until its spec differs from that (a user edited it) or it is re-created.
 GAVE_UP = "kube-queue.io/gave-up"

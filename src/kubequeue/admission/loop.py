@@ -51,7 +51,7 @@ from kubequeue.kube import writer
 from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
 from kubequeue.kube.events import EventRecorder, InvolvedObject
 from kubequeue.kube.pods import list_pods
-from kubequeue.labels import GAVE_UP, PREEMPTED_BY, REQUEUED_AT, REQUEUES
+from kubequeue.labels import GAVE_UP, PREEMPTED_BY, REQUEUED_AT, REQUEUES, STOPPED
 from kubequeue.objects import Pod, PodDiagnosis
 from kubequeue.observability import metrics
 from kubequeue.status import IMPLICIT_QUEUE_NAME, queue_rows
@@ -430,16 +430,21 @@ class AdmissionLoop:
         still_wanted: Callable[[], bool],
         limiter: anyio.CapacityLimiter,
         what: str,
+        reason: str,
     ) -> dict[str, Any] | None:
-        """Suspend an admitted job with its kind's stop patch plus ``annotations``, guarded by
-        its latest observed resourceVersion. A conflict means it changed (a status update, most
-        likely): retry with the newer version the informer brings, as long as it is still
-        admitted and ``still_wanted()``. The stopped object, or None when there is nothing
-        (more) to do: it stopped or vanished meanwhile (maybe by our own earlier write), the
-        caller no longer wants it, or eight attempts failed (logged as ``job.<what>_gave_up``)."""
+        """Suspend an admitted job with its kind's stop patch plus ``annotations`` and the
+        ``kube-queue.io/stopped`` stamp (``reason`` and the time: the object itself says the
+        suspension was ours), guarded by its latest observed resourceVersion. A conflict
+        means it changed (a status update, most likely): retry with the newer version the
+        informer brings, as long as it is still admitted and ``still_wanted()``. The stopped
+        object, or None when there is nothing (more) to do: it stopped or vanished meanwhile
+        (maybe by our own earlier write), the caller no longer wants it, or eight attempts
+        failed (logged as ``job.<what>_gave_up``)."""
         kind, namespace, name = key
         info = self.tracker.adapters[kind].info
         job = f"{namespace}/{name}"
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        stamped = {**annotations, STOPPED: f"{reason} {now.replace('+00:00', 'Z')}"}
         for attempt in range(8):
             current = self.tracker.admitted.get(key)
             if current is None or not still_wanted():
@@ -454,7 +459,7 @@ class AdmissionLoop:
                         name,
                         current.resource_version,
                         current.preemption_patch,
-                        annotations,
+                        stamped,
                     )
             except ApiError as exc:
                 if exc.not_found:
@@ -482,6 +487,7 @@ class AdmissionLoop:
             lambda: self.tracker.victims.get(victim.key) == preemptor,
             limiter,
             "preemption",
+            "Preempted",
         )
         if stopped is None:
             return
@@ -518,7 +524,9 @@ class AdmissionLoop:
                 REQUEUES: str(requeue.attempt),
                 REQUEUED_AT: now,
             }
-            obj = await self._stop(job.key, annotations, lambda: True, limiter, "requeue")
+            obj = await self._stop(
+                job.key, annotations, lambda: True, limiter, "requeue", "Requeued"
+            )
             if obj is None:
                 return  # finished, deleted or suspended meanwhile, or the write gave up
             if requeue.gave_up:  # the spec as it stands now is what a user must change
@@ -602,6 +610,7 @@ class AdmissionLoop:
                 lambda: job.key in reservations.stranded_jobs(),  # room may have come back
                 limiter,
                 "requeue",
+                "Unplaceable",
             )
             if stopped is None:
                 return  # found room, finished, deleted or suspended meanwhile, or gave up
