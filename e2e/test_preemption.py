@@ -70,6 +70,8 @@ async def test_a_team_under_its_min_reclaims_borrowed_gpus_and_the_borrower_runs
         victims = sorted(n for n, j in jobs.items() if _preempted_by(j))
         assert len(victims) == 2, f"exactly the 8 borrowed GPUs are taken back: {victims}"
         assert all(_preempted_by(jobs[v]) == f"Job/{namespace}/b0" for v in victims)
+        assert all(jobs[v]["metadata"]["annotations"]["kube-queue.io/stopped"]
+                   .startswith("Preempted ") for v in victims)
         # Which two depends on where the scheduler put them: the two must share a node (an
         # 8-GPU pod needs a whole one), even if one of them was admitted within team-a's min.
         events = [e for v in victims for e in await events_for(kubectl, namespace, v)

@@ -61,6 +61,7 @@ async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_
     stuck = await get_job(kubectl, namespace, "stuck")
     assert is_suspended(stuck)
     assert stuck["metadata"]["annotations"]["kube-queue.io/requeues"] == "1"
+    assert stuck["metadata"]["annotations"]["kube-queue.io/stopped"].startswith("Requeued ")
     # Its GPUs went to the next job; after that one finishes, stuck gets its second chance,
     # fails again, and kube-queue gives up.
     await wait_until(
@@ -123,6 +124,7 @@ async def test_a_job_whose_planned_room_is_taken_is_requeued_at_once_and_starts_
         annotations = big["metadata"].get("annotations") or {}
         assert "kube-queue.io/requeues" not in annotations, "no attempt counted"
         assert "kube-queue.io/admitted-at" not in annotations
+        assert annotations["kube-queue.io/stopped"].startswith("Unplaceable ")
         # While the intruder holds a GPU, 8 do not fit: big waits in its queue...
         await asyncio.sleep(3)
         assert is_suspended(await get_job(kubectl, namespace, "big"))

@@ -16,8 +16,9 @@ from typing import Any
 import anyio
 import structlog
 
-from kubequeue.kube.client import ApiError, KubeClient
+from kubequeue.kube.client import ApiError, KubeClient, TransportError
 from kubequeue.kube.events import EventRecorder, InvolvedObject
+from kubequeue.observability import metrics
 
 __all__ = ["QUEUE_API", "QueueStatusWriter"]
 
@@ -81,8 +82,11 @@ class QueueStatusWriter:
             except ApiError as exc:
                 if not exc.not_found:
                     log.warning("queue.status_write_failed", queue=name, error=str(exc))
-            except (OSError, TimeoutError) as exc:
-                log.warning("queue.status_write_failed", queue=name, error=str(exc) or "timeout")
+            except TransportError as exc:
+                # The next round writes it again (the status is level-triggered): a blip costs
+                # one round, never the process (this runs in the leader's task group).
+                metrics.TRANSPORT_ERRORS.labels("queue_status").inc()
+                log.warning("queue.status_write_failed", queue=name, error=str(exc))
         return written
 
     def _body(self, obj: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
