@@ -330,3 +330,35 @@ def test_a_job_that_fits_by_the_time_its_reason_is_due_gets_none_and_stays_due()
     [job] = tracker.queue.ordered()
     assert job.wait_reason == "" and job.explained_at is None  # due again if it still waits
     assert admitted_names(cycle.run()) == ["j1"]
+
+
+def test_a_waiting_jobs_event_changes_with_its_reason_not_with_free_amounts() -> None:
+    """Issue 10: Events change only when the reason changes. A job of two 3-GPU pods waits on
+    an 8-GPU node while other pods end, freeing 1, 2, 3, then 4 GPUs: one Event while no node
+    has 3 free (with the amount of its time in its text), one when the reason becomes "only 1
+    of them fits", none when only the amounts move; the wait reason (`kube-queue status`)
+    keeps them current. Parking off, so every cycle looks at the job again."""
+    now = [0.0]
+    tracker, _ = make(b.node("n", gpu=8))
+    cycle = AdmissionCycle(tracker, clock=lambda: now[0], parking=False)
+    for i in range(7):
+        tracker.cache.upsert_pod(b.pod(f"busy{i}", "n", {GPU: "1"}, uid=f"busy{i}"), None)
+    tracker.observe(JOB, gpu_job("big", gpus=3, pods=2))
+    job = tracker.queue.get(("Job", "default", "big"))
+
+    def after_one_ends(i: int) -> list[str]:
+        if i >= 0:
+            ended = b.pod(f"busy{i}", "n", {GPU: "1"}, uid=f"busy{i}", phase="Succeeded")
+            tracker.cache.upsert_pod(ended, None)
+        now[0] += 120.0  # past the report interval: the reason is written again
+        result = cycle.run()
+        return [n.message for n in [*result.notices, *cycle.explain_deferred()]
+                if n.reason == "Queued"]
+
+    first = after_one_ends(-1)
+    assert len(first) == 1 and "the most any eligible node has free is 1" in first[0]
+    assert after_one_ends(0) == []  # 2 free: the amount alone moved
+    assert "has free is 2" in job.wait_reason
+    second = after_one_ends(1)  # 3 free: one pod fits, the other does not
+    assert len(second) == 1 and "only 1 fit on free capacity now" in second[0]
+    assert after_one_ends(2) == []

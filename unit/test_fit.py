@@ -575,3 +575,27 @@ def test_one_pod_set_is_placed_as_before(nodes, used, ps, zeros) -> None:
     counted, fitted = place_counted(ps, cache)
     assert counted == placed
     assert fitted == alone_capacity(ps, cache, empty_cluster=False)
+
+
+def test_without_amounts_keeps_the_reason_and_drops_what_moves_with_free_capacity() -> None:
+    from kubequeue.capacity.fit import without_amounts
+
+    cases = {
+        "each pod needs 4 nvidia.com/gpu on one node; the most any eligible node has free is 2":
+            "each pod needs 4 nvidia.com/gpu on one node; no eligible node has that free",
+        "needs 3 pods of (cpu 1, nvidia.com/gpu 2) placed together; only 1 fit on free "
+        "capacity now":
+            "needs 3 pods of (cpu 1, nvidia.com/gpu 2) placed together; not all fit on free "
+            "capacity now",
+        "w: needs 2 pods of (cpu 1) placed together with the other pod sets; each pod set fits "
+        "on its own, but no placement of them all was found on free capacity now within the "
+        "search's work limit (the first try left room for 1)":
+            "w: needs 2 pods of (cpu 1) placed together with the other pod sets; each pod set "
+            "fits on its own, but no placement of them all was found on free capacity now "
+            "within the search's work limit",
+        # What the job asks for, and what the nodes are, stay.
+        "each pod needs 4 nvidia.com/gpu and no eligible node offers nvidia.com/gpu at all":
+            "each pod needs 4 nvidia.com/gpu and no eligible node offers nvidia.com/gpu at all",
+    }
+    for why, stable in cases.items():
+        assert without_amounts(why) == stable

@@ -45,7 +45,7 @@ from kubequeue.admission.tracker import JobTracker
 from kubequeue.admission.walk import OneLine, Walk
 from kubequeue.capacity.binding import BindingGuard
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, explain
+from kubequeue.capacity.fit import Assignment, explain, without_amounts
 from kubequeue.queueing.queue import QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
 from kubequeue.queueing.spec import STRICT_FIFO
@@ -844,7 +844,12 @@ class AdmissionCycle:
         job.wait_reason = why
         where = f" in queue {job.queue}" if job.queue else ""
         self._report(
-            result, job, "Normal", "Queued", f"waiting for capacity{where}: {job.wait_reason}"
+            result,
+            job,
+            "Normal",
+            "Queued",
+            f"waiting for capacity{where}: {why}",
+            same_as=f"capacity{where}: {without_amounts(why)}",
         )
 
     def _owed(self, result: CycleResult, job: QueuedJob) -> None:
@@ -854,16 +859,25 @@ class AdmissionCycle:
         self._report(result, job, "Normal", "Queued", f"waiting for capacity: {OWED}")
 
     def _report(
-        self, result: CycleResult, job: QueuedJob, type_: str, reason: str, msg: str
+        self,
+        result: CycleResult,
+        job: QueuedJob,
+        type_: str,
+        reason: str,
+        msg: str,
+        *,
+        same_as: str | None = None,
     ) -> bool:
-        """Queue a notice unless this very one was the job's last of its reason; True if
-        queued."""
+        """Queue a notice unless the job's last one of this reason said the same (``same_as``:
+        what the message says without amounts that change while the job waits for the same
+        thing; the message itself by default); True if queued."""
+        said = msg if same_as is None else same_as
         reported = job.reported
         if reported is None:
             reported = job.reported = {}
-        elif reported.get(reason) == msg:
+        elif reported.get(reason) == said:
             return False
-        reported[reason] = msg
+        reported[reason] = said
         result.notices.append(Notice(job.key, job.uid, type_, reason, msg))
         return True
 

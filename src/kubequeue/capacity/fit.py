@@ -19,6 +19,7 @@ same simulation again on the rare path where a user-facing reason is needed, and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ from kubequeue.demand import PodSet
 from kubequeue.quantity import format_milli
 from kubequeue.resources import GPU, Resources
 
-__all__ = ["Assignment", "explain", "place", "place_counted"]
+__all__ = ["Assignment", "explain", "place", "place_counted", "without_amounts"]
 
 # Below this many feasible nodes, scanning them directly beats walking the index.
 _DIRECT_SCAN = 64
@@ -282,6 +283,27 @@ def _explain_one(ps: PodSet, cache: CapacityCache, empty_cluster: bool) -> str:
         f"needs {ps.count} pods of "
         f"({resources.describe(ps.request)}) placed together; only {placed} {room}"
     )
+
+
+# The parts of ``explain``'s texts that move with free capacity (not with the job or the nodes'
+# shape): what ``without_amounts`` takes out. Kept beside the texts they match.
+_AMOUNTS = (
+    (
+        re.compile(r"; the most any eligible node has free is \S+"),
+        "; no eligible node has that free",
+    ),
+    (re.compile(r"; only \d+ fit on free capacity now"), "; not all fit on free capacity now"),
+    (re.compile(r" \(the first try left room for \d+\)"), ""),
+)
+
+
+def without_amounts(why: str) -> str:
+    """``explain``'s text without the amounts of free capacity in it: the same while the job
+    waits for the same thing. A waiting job's Event changes when this does, not whenever a pod
+    somewhere ends (kube-queue status shows the amounts as they are)."""
+    for pattern, stable in _AMOUNTS:
+        why = pattern.sub(stable, why)
+    return why
 
 
 def _label(ps: PodSet, pod_sets: Sequence[PodSet]) -> str:
