@@ -154,6 +154,9 @@ async def test_queues_value_renders_queue_objects_and_the_crd_ships() -> None:
         "queues[1].parent=research",
         "queues[1].strategy=StrictFIFO",
         "queues[1].namespaceSelector.matchLabels.team=a",
+        "queues[1].preemption.reclaimWithinTree=Any",
+        "queues[1].preemption.withinQueue=LowerPriority",
+        "queues[1].podsReadyTimeoutSeconds=0",
     )
     research, team_a = rendered["Queue"]
     assert research["metadata"]["name"] == "research"
@@ -162,6 +165,8 @@ async def test_queues_value_renders_queue_objects_and_the_crd_ships() -> None:
         "parent": "research",
         "strategy": "StrictFIFO",
         "namespaceSelector": {"matchLabels": {"team": "a"}},
+        "preemption": {"reclaimWithinTree": "Any", "withinQueue": "LowerPriority"},
+        "podsReadyTimeoutSeconds": 0,  # 0 (off) is a value, not an absent one
     }
     import yaml
 
@@ -171,6 +176,22 @@ async def test_queues_value_renders_queue_objects_and_the_crd_ships() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == ["Parent", "Strategy", "Pending", "Admitted", "GPU used/min/max", "Ready",
                        "Age"]
+
+
+async def test_preemption_and_requeue_values_become_flags() -> None:
+    [deployment] = (await render())["Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    for default in ("--preemption=never", "--pods-ready-timeout=600", "--requeue-limit=5",
+                    "--requeue-backoff=60", "--unplaceable-timeout=5"):
+        assert default in args
+    [deployment] = (await render(
+        "preemption=lower-priority", "podsReadyTimeoutSeconds=120", "requeueLimit=2",
+        "requeueBackoffSeconds=30", "unplaceableTimeoutSeconds=0",
+    ))["Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    for flag in ("--preemption=lower-priority", "--pods-ready-timeout=120", "--requeue-limit=2",
+                 "--requeue-backoff=30", "--unplaceable-timeout=0"):
+        assert flag in args
 
 
 async def test_leader_election_off_drops_the_lease_role() -> None:
