@@ -8,9 +8,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubequeue.demand import PodSet, total_demand
 from kubequeue.queueing.quota import QuotaLedger
 from kubequeue.queueing.spec import parse_queue
 from kubequeue.queueing.tree import QueueTree
+from kubequeue.resources import PODS
 
 GPU = "nvidia.com/gpu"
 G = 1000  # one GPU in milli-units
@@ -140,6 +142,108 @@ def test_a_new_tree_reaggregates_admitted_jobs() -> None:
     assert not q.check("team-a", gpus(1)).allowed
 
 
+# --------------------------------------------- resources a queue's path does not name (issue 10)
+def cpu_on_one_team(**research: Any) -> QuotaLedger:
+    """The issue's tree: team-a is guaranteed 200 CPU, its sibling team-b names no CPU at all."""
+    return ledger(
+        queue("research", **research),
+        queue("team-a", parent="research", quota={"min": {GPU: 8, "cpu": "200"}}),
+        queue("team-b", parent="research", quota={"min": {GPU: 8}, "max": {GPU: 16}}),
+    )
+
+
+def cpus(n: int) -> dict[str, int]:
+    return {"cpu": n * 1000}
+
+
+def test_a_resource_nobody_on_the_queue_s_path_names_is_not_limited_nor_borrowed() -> None:
+    q = cpu_on_one_team()
+    q.charge(("Job", "a", "a1"), "team-a", cpus(150))
+    verdict = q.check("team-b", cpus(60))
+    assert verdict.allowed and not verdict.borrowing, verdict.reason
+    assert q.beyond_limits("team-b", cpus(10_000)) == ""
+    assert not q.needs_to_borrow("team-b", cpus(60))
+    assert [res for res, _ in q.guarantee_room("team-b")] == [GPU]
+    q.charge(("Job", "b", "b1"), "team-b", cpus(500))
+    assert q.borrowed("team-b") == {} and q.borrowed("research") == {}
+    assert q.shares("team-b") == (0.0, 0.0)
+    # team-b's unlimited CPU is no guarantee of anyone's: team-a keeps all of its own.
+    assert q.check("team-a", cpus(50)).allowed
+    assert not q.check("team-a", cpus(51)).allowed, "nothing left to borrow above team-a's min"
+
+
+def test_a_sibling_s_unlimited_usage_does_not_eat_what_another_may_borrow() -> None:
+    q = ledger(
+        queue("research"),
+        queue("team-a", parent="research", quota={"min": {"cpu": "100"}}),
+        queue("team-b", parent="research"),
+        queue("team-c", parent="research", quota={"min": {"cpu": "100"}}),
+    )
+    q.charge(("Job", "b", "b1"), "team-b", cpus(1000))
+    q.charge(("Job", "a", "a1"), "team-a", cpus(100))
+    borrow = q.check("team-a", cpus(100))
+    assert borrow.allowed and borrow.borrowing, "team-c's idle guarantee is lent"
+    q.charge(("Job", "a", "a2"), "team-a", cpus(100))
+    assert q.borrowed("team-a") == {"cpu": 100_000}
+    assert q.shares("research") == (0.0,), "team-b's CPU is not the tree's borrowing"
+    assert q.check("team-c", cpus(100)).allowed
+
+
+def test_a_sibling_s_zero_min_does_not_freeze_the_resource_for_the_whole_tree() -> None:
+    q = ledger(
+        queue("research"),
+        queue("team-a", parent="research", quota={"min": {"cpu": 0}}),
+        queue("team-b", parent="research", quota={"min": {GPU: 8}}),
+    )
+    assert q.check("team-b", cpus(4)).allowed
+    assert q.beyond_limits("team-b", cpus(4)) == ""
+    assert not q.check("team-a", cpus(4)).allowed, "team-a named cpu: a pool of 0 lends none"
+
+
+def test_an_ancestor_naming_the_resource_puts_every_queue_below_it_under_the_rules() -> None:
+    q = cpu_on_one_team(quota={"max": {"cpu": "300"}})
+    q.charge(("Job", "a", "a1"), "team-a", cpus(150))
+    verdict = q.check("team-b", cpus(40))
+    assert verdict.allowed and verdict.borrowing, "research's max names cpu for team-b"
+    refused = q.check("team-b", cpus(60))
+    assert not refused.allowed and refused.reason.startswith("research borrowing limit")
+    assert q.needs_to_borrow("team-b", cpus(1))
+
+
+# ----------------------------------------------------------------------------- pods
+def test_a_pods_quota_counts_each_admitted_job_s_pods() -> None:
+    q = ledger(
+        queue("research", quota={"max": {"pods": 3}}),
+        queue("team-a", parent="research", quota={"max": {"pods": 2}}),
+        queue("team-b", parent="research"),
+    )
+    pod = {"cpu": 1000, PODS: 1000}
+    two = total_demand([PodSet("workers", 2, pod)])
+    q.charge(("Job", "a", "a1"), "team-a", two)
+    assert q.used("team-a") == {"cpu": 2000, PODS: 2000}
+    refused = q.check("team-a", total_demand([PodSet("w", 1, pod)]))
+    assert not refused.allowed
+    assert refused.reason == "queue team-a at max pods (2/2, needs 1 more)"
+    assert q.check("team-b", total_demand([PodSet("w", 1, pod)])).allowed
+    q.charge(("Job", "b", "b1"), "team-b", total_demand([PodSet("w", 1, pod)]))
+    assert not q.check("team-b", total_demand([PodSet("w", 1, pod)])).allowed, "research: 3 pods"
+    assert q.beyond_limits("team-a", total_demand([PodSet("w", 3, pod)])).startswith(
+        "it needs 3 pods, above queue team-a's max of 2"
+    )
+    q.release(("Job", "a", "a1"))
+    assert q.check("team-a", two).allowed
+
+
+def test_pods_show_in_usage_only_where_the_queue_s_path_names_them() -> None:
+    q = two_teams()
+    q.charge(("Job", "a", "a1"), "team-a", {**gpus(4), PODS: 4000})
+    assert q.used("team-a") == {GPU: 4 * G, "cpu": 16000}
+    assert q.demand_of(("Job", "a", "a1"))[PODS] == 4000, "counted, only not shown"
+    q.set_tree(QueueTree([parse_queue(queue("team-a", quota={"min": {PODS: 8}}))]))
+    assert q.used("team-a") == {GPU: 4 * G, "cpu": 16000, PODS: 4000}
+    assert q.guarantee_room("team-a") == ((PODS, 4000),)
+
+
 # ---------------------------------------------------------------------------- properties
 RESOURCES = (GPU, "cpu")
 
@@ -193,6 +297,15 @@ def _ceilings_hold(q: QuotaLedger) -> bool:
     return True
 
 
+def _named_on_path(q: QuotaLedger, leaf: str) -> set[str]:
+    nodes = q.tree.nodes
+    return {
+        res
+        for name in nodes[leaf].path
+        for res in (*nodes[name].spec.guaranteed, *nodes[name].spec.ceiling)
+    }
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     forests(),
@@ -241,3 +354,8 @@ def test_no_sequence_of_checked_admissions_passes_a_max_and_guarantees_always_ad
             if unused > 0:
                 verdict = q.check(leaf, {res: unused})
                 assert verdict.allowed, (leaf, res, unused, verdict.reason)
+    # A resource the leaf's path does not name limits it nowhere, however much it asks.
+    for leaf in leaves:
+        for res in set(RESOURCES) - _named_on_path(q, leaf):
+            assert q.check(leaf, {res: 10**9 * G}).allowed, (leaf, res)
+            assert res not in q.borrowed(leaf) and not q.needs_to_borrow(leaf, {res: G})

@@ -78,7 +78,7 @@ def queue_table(queues: Sequence[Mapping[str, Any]], wide: bool = False) -> str:
     ]
     rows = []
     for q in queues:
-        names = sorted({*q["min"], *q["max"], *q["used"], *q["borrowed"]} - {"pods"})
+        names = sorted({*q["min"], *q["max"], *q["used"], *q["borrowed"]})
         if not wide:
             named = sorted({*q["min"], *q["max"]}) or names[:1]
             names = [n for n in names if n in named] or ["-"]

@@ -6,14 +6,19 @@ Rules (resource by resource, for the resources the job requests; docs/queues.md 
 
 1. Ceiling: no queue on the job's path (its queue up to the root) may go above its ``max``.
 2. Guarantee and borrowing, for a resource the tree *pools* (some queue of it names the resource
-   in ``min``): walking up from the job's queue, the admission is covered at the first queue that
-   stays within its effective min (a queue may always use up to its guarantee); if none does, the
+   in ``min``) and the job's path names (its queue or an ancestor, in ``min`` or ``max``):
+   walking up from the job's queue, the admission is covered at the first queue that stays
+   within its effective min (a queue may always use up to its guarantee); if none does, the
    root's pool (the tree's total guarantee) must still have room: the job borrows what other
    queues' guarantees leave unused.
-3. A resource no queue on the path names is not limited by the tree.
+3. A resource no queue on the path names is not limited by the tree, even where a sibling
+   guarantees it: it never counts as borrowed, nor in the queue's fair share.
 
-Usage is the admitted jobs' demand, all pods of every pod set (the same arithmetic as the fit),
-charged to the queue a job was admitted into and to every ancestor of it.
+Usage is the admitted jobs' demand, all pods of every pod set (the same arithmetic as the fit,
+``pods`` included, so a ``pods`` quota counts pods), charged to the queue a job was admitted
+into and to every ancestor of it. Guarantees, borrowing and shares are measured on a second
+tally that counts a job's resource only where its queue's path names it (rule 3), so an
+ancestor's usage there is that of the queues its guarantee actually binds.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from dataclasses import dataclass
 
 from kubequeue.identity import JobKey
 from kubequeue.quantity import format_milli
-from kubequeue.queueing.tree import QueueTree
-from kubequeue.resources import PODS, Resources, add_into, sub_into
+from kubequeue.queueing.tree import QueueNode, QueueTree
+from kubequeue.resources import PODS, Resources, add_into
 
 __all__ = ["QuotaLedger", "Verdict"]
 
@@ -51,6 +56,9 @@ class QuotaLedger:
         self.tree = tree or QueueTree()
         self._jobs: dict[JobKey, tuple[str, Resources]] = {}
         self._used: dict[str, Resources] = {}
+        # The same, counting a job's resource only where its queue's path names it: the usage
+        # that guarantees are measured on (rule 3: usage nobody limits borrows nothing).
+        self._named_used: dict[str, Resources] = {}
         self._admitted: dict[str, int] = {}
         # Moves whenever usage in a tree changes (by root; "" for queues outside any tree): a
         # verdict for a queue stays valid while its root's version does (the cycle memoises).
@@ -62,6 +70,7 @@ class QuotaLedger:
         """New Queue objects: re-aggregate every admitted job on the new paths."""
         self.tree = tree
         self._used = {}
+        self._named_used = {}
         self._admitted = {}
         self.epoch += 1
         for queue, demand in self._jobs.values():
@@ -74,11 +83,10 @@ class QuotaLedger:
         if not queue and not self.tree:
             self.release(job)
             return
-        old = self._jobs.get(job)
-        if old is not None and old[0] == queue and old[1] == demand:
+        entry = (queue, {r: v for r, v in demand.items() if v})
+        if self._jobs.get(job) == entry:
             return
         self.release(job)
-        entry = (queue, {r: v for r, v in demand.items() if v and r != PODS})
         self._jobs[job] = entry
         self._add(entry[0], entry[1], 1)
 
@@ -97,13 +105,13 @@ class QuotaLedger:
         node = self.tree.nodes.get(queue)
         path = node.path if node is not None else (queue,)
         root = node.root if node is not None else ""
+        names = node.named if node is not None else frozenset()
+        named = {r: v for r, v in demand.items() if r in names}
         self.versions[root] = self.versions.get(root, 0) + 1
         for name in path:
-            used = self._used.setdefault(name, {})
-            if sign > 0:
-                add_into(used, demand)
-            else:
-                sub_into(used, demand)
+            add_into(self._used.setdefault(name, {}), demand, sign)
+            if named:
+                add_into(self._named_used.setdefault(name, {}), named, sign)
         self._admitted[queue] = self._admitted.get(queue, 0) + sign
 
     def demand_of(self, job: JobKey) -> Resources:
@@ -115,17 +123,22 @@ class QuotaLedger:
         return entry[0] if entry is not None else None
 
     def used(self, queue: str) -> Resources:
-        return {r: v for r, v in self._used.get(queue, {}).items() if v}
+        """``pods`` only where the queue's path names it: every job has pods, and a count no
+        queue limits would only add a line to every Queue's status."""
+        node = self.tree.nodes.get(queue)
+        pods = node is not None and PODS in node.named
+        return {r: v for r, v in self._used.get(queue, {}).items() if v and (pods or r != PODS)}
 
     def admitted(self, queue: str) -> int:
         return self._admitted.get(queue, 0)
 
     def borrowed(self, queue: str) -> Resources:
-        """Usage above the queue's effective min, for the resources its tree pools."""
+        """Usage above the queue's effective min, for the resources its tree pools (usage its
+        path does not name borrows nothing: preemption must not reclaim it)."""
         node = self.tree.nodes.get(queue)
         if node is None:
             return {}
-        used = self._used.get(queue, {})
+        used = self._named_used.get(queue, {})
         out: Resources = {}
         for res in self.tree.pools.get(node.root, {}):
             over = used.get(res, 0) - node.emin.get(res, 0)
@@ -136,18 +149,22 @@ class QuotaLedger:
     # ----------------------------------------------------------------- decisions
     def check(self, queue: str, demand: Mapping[str, int]) -> Verdict:
         """May ``demand`` be admitted into ``queue`` now, by policy? (See the module docstring.)"""
-        tree = self.tree
-        node = tree.nodes.get(queue)
+        node = self.tree.nodes.get(queue)
         if node is None:
             return _ALLOWED  # the implicit default queue has no limits
+        refused = self._ceilings(node, demand)
+        return refused if refused is not None else self._guarantees(node, demand)
+
+    def _ceilings(self, node: QueueNode, demand: Mapping[str, int]) -> Verdict | None:
+        """Rule 1, from the queue up (None: no max refuses). A job that borrows a resource must
+        also leave, under every ceiling, room for the unused guarantees of the other queues
+        below it: a borrower may never make a guarantee unreachable. A max names its resource
+        for every queue below it, so the full usage is the one to hold it to."""
         used = self._used
-        nodes = tree.nodes
-        path = node.path
-        # 1. ceilings, from the queue up. A job that borrows a resource must also leave, under
-        #    every ceiling, room for the unused guarantees of the other queues below it: a
-        #    borrower may never make a guarantee unreachable.
+        nodes = self.tree.nodes
+        queue = node.name
         own = used.get(queue, {})
-        for name in reversed(path):
+        for name in reversed(node.path):
             ceiling = nodes[name].spec.max
             if not ceiling:
                 continue
@@ -183,22 +200,30 @@ class QuotaLedger:
                                 "kept for other queues' guarantees)"
                             ),
                         )
-        # 2. guarantees, then borrowing from the tree's pool
-        pool = tree.pools.get(node.root, {})
+        return None
+
+    def _guarantees(self, node: QueueNode, demand: Mapping[str, int]) -> Verdict:
+        """Rule 2: guarantees, then borrowing from the tree's pool, only in the resources the
+        queue's path names (rule 3), measured on the named tally."""
+        nodes = self.tree.nodes
+        queue = node.name
+        pool = self.tree.pools.get(node.root, {})
+        named = self._named_used
+        own = named.get(queue, {})
         borrowing = False
         for res, total in pool.items():
             need = demand.get(res, 0)
-            if not need:
+            if not need or res not in node.named:
                 continue
             if own.get(res, 0) + need > node.emin.get(res, 0):
                 borrowing = True
             covered = False
-            for name in reversed(path):
-                if used.get(name, {}).get(res, 0) + need <= nodes[name].emin.get(res, 0):
+            for name in reversed(node.path):
+                if named.get(name, {}).get(res, 0) + need <= nodes[name].emin.get(res, 0):
                     covered = True
                     break
             if not covered:
-                in_use = used.get(node.root, {}).get(res, 0)
+                in_use = named.get(node.root, {}).get(res, 0)
                 return Verdict(
                     False,
                     borrowing=True,
@@ -231,7 +256,7 @@ class QuotaLedger:
                     )
         for res, total in self.tree.pools.get(node.root, {}).items():
             need = demand.get(res, 0)
-            if need > total:
+            if need > total and res in node.named:
                 return (
                     f"it needs {_amount(res, need)} {res}, more than all the guaranteed quota of "
                     f"{node.root} ({_amount(res, total)})"
@@ -253,28 +278,29 @@ class QuotaLedger:
 
     def needs_to_borrow(self, queue: str, demand: Mapping[str, int]) -> bool:
         """Would admitting ``demand`` take ``queue`` above its effective min in any pooled
-        resource? (Cheap; orders queues: jobs within their guarantee go first.)"""
+        resource its path names? (Cheap; orders queues: jobs within their guarantee go first.)"""
         node = self.tree.nodes.get(queue)
         if node is None:
             return False
-        own = self._used.get(queue, {})
+        own = self._named_used.get(queue, {})
         for res in self.tree.pools.get(node.root, ()):
             need = demand.get(res, 0)
-            if need and own.get(res, 0) + need > node.emin.get(res, 0):
+            if need and res in node.named and own.get(res, 0) + need > node.emin.get(res, 0):
                 return True
         return False
 
     def guarantee_room(self, queue: str) -> tuple[tuple[str, int], ...]:
         """(resource, what is left of the queue's effective min) for each resource its tree
-        pools: a demand above that in any of them borrows (``needs_to_borrow``, precomputed
-        for the many jobs of one queue)."""
+        pools and its path names: a demand above that in any of them borrows
+        (``needs_to_borrow``, precomputed for the many jobs of one queue)."""
         node = self.tree.nodes.get(queue)
         if node is None:
             return ()
-        own = self._used.get(queue, {})
+        own = self._named_used.get(queue, {})
         return tuple(
             (res, node.emin.get(res, 0) - own.get(res, 0))
             for res in self.tree.pools.get(node.root, ())
+            if res in node.named
         )
 
     def shares(self, queue: str) -> tuple[float, ...]:
@@ -282,6 +308,7 @@ class QuotaLedger:
         share(A) = max over pooled resources of (A's usage above its effective min) / (the
         tree's pool of that resource), divided by A's weight. Comparing these tuples picks the
         child of the root with the smallest share first, then the smallest within it, and so on.
+        Usage is the named tally: what no limit on a queue's path covers is nobody's borrowing.
         """
         node = self.tree.nodes.get(queue)
         if node is None:
@@ -290,7 +317,7 @@ class QuotaLedger:
         out: list[float] = []
         for name in node.path:
             member = self.tree.nodes[name]
-            used = self._used.get(name, {})
+            used = self._named_used.get(name, {})
             share = 0.0
             for res, total in pool.items():
                 if total <= 0:

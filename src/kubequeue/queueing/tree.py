@@ -7,7 +7,9 @@ working. Jobs that land in an unusable queue wait with the reason, never in anot
 
 Guarantees (``min``) pool per tree: the *effective min* of a queue is its own ``min`` for a
 resource it names there, else the sum of its children's effective mins; the pool a tree can lend
-is its root's effective min (see docs/queues.md for the borrowing rules built on it).
+is its root's effective min (see docs/queues.md for the borrowing rules built on it). Those rules
+bind a queue only in the resources it or an ancestor names (``QueueNode.named``): a sibling's
+``min`` makes a resource part of the pool, not a limit on queues that never named it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class QueueNode:
     unusable: str | None = None  # the first problem on its path (its own or an ancestor's)
     emin: Resources = field(default_factory=dict)  # effective min
     leaves: tuple[str, ...] = ()  # the leaf queues at or below this one
+    # Resources this queue or an ancestor names in min or max: only those limit its jobs, count
+    # as borrowed and weigh in its share (a sibling's or child's min does not name them here).
+    named: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -66,6 +71,7 @@ class QueueTree:
             if spec.name and spec.name not in self.nodes:
                 self.nodes[spec.name] = QueueNode(spec, problem=spec.problem)
         self._link()
+        self._name_resources()
         self._effective_mins()
         self._check_guarantees()
         for node in self.nodes.values():
@@ -124,6 +130,17 @@ class QueueTree:
                 chain.append(parent)
                 parent = nodes[parent].spec.parent
             node.path = tuple(reversed(chain))
+
+    def _name_resources(self) -> None:
+        """A limit set on a queue governs everything below it, so the resources that govern a
+        queue are those named along its path, never those named only beside or below it."""
+        for node in self.nodes.values():
+            node.named = frozenset(
+                res
+                for name in node.path
+                for limits in (self.nodes[name].spec.guaranteed, self.nodes[name].spec.ceiling)
+                for res in limits
+            )
 
     def _effective_mins(self) -> None:
         done: dict[str, Resources] = {}
