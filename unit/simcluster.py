@@ -4,6 +4,7 @@ stopped jobs' pods go when told), so tests read as what happens to jobs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kubequeue.admission.cycle import AdmissionCycle, CycleResult
@@ -13,6 +14,7 @@ from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.kinds.job import JobKind
+from kubequeue.kube import writer
 from kubequeue.labels import ADMITTED_AT, PREEMPTED_BY
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.queueing.spec import parse_queue
@@ -75,6 +77,21 @@ def gpu_job(name: str, ns: str, gpus: int, second: int, **kw: Any) -> dict[str, 
     )
 
 
+def admitted_annotations(kept: Mapping[str, str], patch: Mapping[str, Any]) -> dict[str, str]:
+    """A job's annotations once the API server applied its admission write: ``kept`` merged
+    with the writer's own body (kube/writer.py; a None value removes one). Taken from the writer,
+    not restated, so that a simulated admission keeps and drops exactly what a real one does
+    (admitted-at "now" here)."""
+    body = writer.admission_body(patch, "", "now")
+    annotations = dict(kept)
+    for name, value in body["metadata"]["annotations"].items():
+        if value is None:
+            annotations.pop(name, None)
+        else:
+            annotations[name] = value
+    return annotations
+
+
 def accept_admissions(tracker: JobTracker, cycle: AdmissionCycle) -> tuple[list[str], list[Notice]]:
     """Run a cycle whose admissions the API server accepts; no pod is bound yet (binding is the
     test's part: ``bind_gpu_pod``). For ``gpu_job`` jobs of one pod set."""
@@ -131,10 +148,10 @@ class Cluster:
                 name, ns, self.gpus[name], self.created.get(name, 0), **self.extra.get(name, {})
             )
             obj["spec"]["suspend"] = False
-            annotations = dict(self.kept.get(name, {}))
-            annotations.update(a.job.admission_patch.get("metadata", {}).get("annotations", {}))
-            annotations[ADMITTED_AT] = "now"
-            obj["metadata"]["annotations"] = annotations
+            # Its own annotations (kube-queue.io/preemptible among them), what kube-queue wrote
+            # when it stopped it, and what the admission write changes.
+            own = {**obj["metadata"]["annotations"], **self.kept.get(name, {})}
+            obj["metadata"]["annotations"] = admitted_annotations(own, a.job.admission_patch)
             self.objects[name] = obj
             self.tracker.admission_succeeded(a.job.key, JOB, obj)
             uids = []
@@ -176,6 +193,7 @@ class Cluster:
                 annotations.pop(ADMITTED_AT, None)
                 annotations[PREEMPTED_BY] = by
                 obj["metadata"]["annotations"] = annotations
+                self.kept[name] = annotations  # the admission that lets it run again drops it
                 self.tracker.observe(JOB, obj)
                 names.append(name)
         return sorted(names)
@@ -215,6 +233,7 @@ __all__ = [
     "TWO_TEAMS",
     "Cluster",
     "PreemptionPolicy",
+    "admitted_annotations",
     "gpu_job",
     "make",
     "queue",

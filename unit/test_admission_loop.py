@@ -9,6 +9,7 @@ a job is admitted (written) at most once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,14 +20,24 @@ import pytest
 
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.loop import AdmissionLoop
+from kubequeue.admission.preemption import PreemptionPolicy
 from kubequeue.admission.requeue import RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.kinds.job import JobKind
-from kubequeue.labels import ADMITTED_AT, STOPPED
+from kubequeue.labels import (
+    ADMITTED_AT,
+    GAVE_UP,
+    PREEMPTED_BY,
+    PREEMPTIBLE,
+    REQUEUED_AT,
+    REQUEUES,
+    STOPPED,
+)
 from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue
+from kubequeue.queueing.spec import parse_queue
 from kubequeue.resources import GPU
 from unit import builders as b
 from unit.clock import wait_until
@@ -43,16 +54,22 @@ def key(name: str) -> tuple[str, str, str]:
 class Events:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str]] = []  # (job name, type, reason)
+        self.messages: list[tuple[str, str, str]] = []  # (job name, reason, message)
 
     def emit(self, obj: Any, type_: str, reason: str, message: str) -> None:
         self.sent.append((obj.name, type_, reason))
+        self.messages.append((obj.name, reason, message))
 
     def reasons(self, name: str) -> list[str]:
         return [reason for job, _, reason in self.sent if job == name]
 
+    def message(self, name: str, reason: str) -> str:
+        [found] = [m for job, r, m in self.messages if (job, r) == (name, reason)]
+        return found
+
 
 class World:
-    def __init__(self, gpus: int = 4) -> None:
+    def __init__(self, gpus: int = 4, **cycle: Any) -> None:
         cache = CapacityCache()
         cache.upsert_node(b.node("n", gpu=gpus))
         self.tracker = JobTracker(cache, JobQueue(), Reservations(cache))
@@ -62,7 +79,7 @@ class World:
         self.events = Events()
         self.loop = AdmissionLoop(
             self.tracker,
-            AdmissionCycle(self.tracker),
+            AdmissionCycle(self.tracker, **cycle),
             self.client,  # type: ignore[arg-type]
             self.events,  # type: ignore[arg-type]
             tick=0.05,
@@ -74,9 +91,11 @@ class World:
         self.tracker._on_change = self.loop.wake
         self.cache = cache
 
-    def submit(self, name: str, gpus: int = 4, created: str = "2026-01-01T00:00:00Z") -> None:
+    def submit(
+        self, name: str, gpus: int = 4, created: str = "2026-01-01T00:00:00Z", **kw: Any
+    ) -> None:
         obj = self.client.store.put(
-            f"{JOBS}/{name}", b.job(name, {GPU: str(gpus)}, created=created)
+            f"{JOBS}/{name}", b.job(name, {GPU: str(gpus)}, created=created, **kw)
         )
         self.tracker.observe(JOB, obj)
 
@@ -447,6 +466,30 @@ def test_only_an_observation_newer_than_the_version_written_on_settles(admitted:
 PODS = "/api/v1/namespaces/default/pods"
 
 
+def _unschedulable_pod(job: str) -> dict[str, Any]:
+    """A pod of ``job`` the scheduler tried and found no node for."""
+    return {
+        "metadata": {
+            "name": f"{job}-0",
+            "namespace": "default",
+            "uid": f"{job}-0",
+            "ownerReferences": [{"kind": "Job", "name": job, "controller": True}],
+        },
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
+
+
 def _displaced(w: World) -> None:
     """'big' is admitted and seen; another pod takes a GPU of the node planned for its pod."""
     w.see("big")
@@ -465,29 +508,7 @@ async def test_an_unplaceable_job_is_requeued_only_once_its_pods_say_unschedulab
     w = World()
     w.loop.cycle.requeue = RequeuePolicy(unplaceable=0.2)
     if confirmed:
-        w.client.store.put(
-            f"{PODS}/big-0",
-            {
-                "metadata": {
-                    "name": "big-0",
-                    "namespace": "default",
-                    "uid": "big-0",
-                    "ownerReferences": [{"kind": "Job", "name": "big", "controller": True}],
-                },
-                "spec": {"containers": [{"name": "c"}]},
-                "status": {
-                    "phase": "Pending",
-                    "conditions": [
-                        {
-                            "type": "PodScheduled",
-                            "status": "False",
-                            "reason": "Unschedulable",
-                            "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
-                        }
-                    ],
-                },
-            },
-        )
+        w.client.store.put(f"{PODS}/big-0", _unschedulable_pod("big"))
     async with running(w):
         w.submit("big")
         await wait_until(lambda: w.running("big"))
@@ -509,3 +530,205 @@ async def test_an_unplaceable_job_is_requeued_only_once_its_pods_say_unschedulab
         assert w.running("big") and "Requeued" not in w.events.reasons("big")
         assert STOPPED not in annotations
     assert key("big") not in w.tracker.victims
+
+
+# ----------------------------------------------------------------- preemption and requeue writes
+
+
+def annotations_of(w: World, name: str) -> dict[str, str]:
+    return dict(w.client.store.objects[f"{JOBS}/{name}"]["metadata"].get("annotations") or {})
+
+
+def status_update(w: World, name: str) -> None:
+    """The job's controller updates its status: a newer version the tracker has not seen yet,
+    so a write guarded by the version it has is refused (409)."""
+    path = f"{JOBS}/{name}"
+    obj = w.client.store.get(path)
+    obj["status"]["active"] = 1
+    w.client.store.put(path, obj)
+
+
+def preempting() -> World:
+    """Four GPUs; jobs of the "high" PriorityClass may preempt lower-priority ones."""
+    w = World(preemption=PreemptionPolicy(lower_priority=True))
+    w.tracker.set_priority_classes({"high": 1000}, 0)
+    return w
+
+
+def requeueing(**policy: Any) -> tuple[World, list[float]]:
+    """The cycle's wall clock runs ``skew[0]`` seconds ahead of the admission stamps, so a test
+    moves it past a pods-ready deadline (60 s) when it is ready for the requeue."""
+    skew = [0.0]
+    w = World(
+        requeue=RequeuePolicy(**{"timeout": 60, **policy}),
+        wall_clock=lambda: time.time() + skew[0],
+    )
+    return w, skew
+
+
+async def test_a_preempted_job_admitted_again_no_longer_says_it_was_preempted() -> None:
+    w = preempting()
+    async with running(w):
+        w.submit("low")
+        await wait_until(lambda: w.running("low"))
+        w.submit("urgent", created="2026-01-01T00:00:01Z", priority_class="high")
+        await wait_until(lambda: not w.running("low"))
+        assert annotations_of(w, "low")[PREEMPTED_BY] == "Job/default/urgent"
+        w.see("low")  # suspended: its (held) capacity is free for urgent
+        await wait_until(lambda: w.running("urgent"))
+        del w.client.store.objects[f"{JOBS}/urgent"]  # urgent is done
+        w.see("urgent")
+        await wait_until(lambda: w.running("low"))
+    found = annotations_of(w, "low")
+    assert ADMITTED_AT in found
+    assert PREEMPTED_BY not in found, "removed by the very write that admits it again"
+    said = [r for r in w.events.reasons("low") if r != "Queued"]  # Queued while urgent ran
+    assert said == ["Admitted", "Preempted", "Admitted"]
+
+
+@pytest.mark.parametrize("mode", ["conflict", "refuse", "cut", "reject"])
+async def test_a_failed_preemption_write_is_sent_again_until_the_victim_stops(mode: str) -> None:
+    w = preempting()
+    before = transport("preemption"), errors("preemption:InternalError")
+    async with running(w):
+        w.submit("low")
+        await wait_until(lambda: w.running("low"))
+        if mode == "conflict":
+            status_update(w, "low")
+        else:
+            w.client.fail["PATCH"] = [mode]  # the next write: the suspension of low
+        w.submit("urgent", created="2026-01-01T00:00:01Z", priority_class="high")
+        await wait_until(lambda: w.patches("low") == 2)
+        if mode == "conflict":
+            w.see("low")  # the informer brings the newer version: the retry is guarded by it
+        await wait_until(lambda: not w.running("low"))
+        await wait_until(lambda: "Preempted" in w.events.reasons("low"))
+        w.see("low")
+        await wait_until(lambda: w.running("urgent"))
+    assert w.patches("low") == 3, "admission, the failed suspension, the one that applied"
+    found = annotations_of(w, "low")
+    assert found[PREEMPTED_BY] == "Job/default/urgent" and ADMITTED_AT not in found
+    assert found[STOPPED].startswith("Preempted ")
+    assert w.events.reasons("low")[:2] == ["Admitted", "Preempted"]  # then Queued
+    assert key("low") not in w.tracker.victims and not w.tracker.preempting
+    transport_errors = 1 if mode in ("refuse", "cut") else 0
+    rejected = 1 if mode == "reject" else 0
+    assert (transport("preemption"), errors("preemption:InternalError")) == (
+        before[0] + transport_errors,
+        before[1] + rejected,
+    )
+
+
+@pytest.mark.parametrize("mode", ["conflict", "refuse", "cut", "reject"])
+async def test_a_failed_requeue_write_is_sent_again_until_the_job_stops(mode: str) -> None:
+    w, skew = requeueing()
+    before = transport("requeue")
+    async with running(w):
+        w.submit("stuck")
+        await wait_until(lambda: w.running("stuck"))
+        if mode == "conflict":
+            status_update(w, "stuck")
+        else:
+            w.client.fail["PATCH"] = [mode]
+        skew[0] = 120  # past its pods-ready deadline, with none of its pods started
+        await wait_until(lambda: w.patches("stuck") == 2)
+        if mode == "conflict":
+            w.see("stuck")
+        await wait_until(lambda: "Requeued" in w.events.reasons("stuck"))
+    assert w.patches("stuck") == 3
+    assert not w.running("stuck")
+    found = annotations_of(w, "stuck")
+    assert found[REQUEUES] == "1" and REQUEUED_AT in found and ADMITTED_AT not in found
+    assert found[STOPPED].startswith("Requeued ")
+    assert key("stuck") not in w.tracker.victims
+    assert transport("requeue") == before + (1 if mode in ("refuse", "cut") else 0)
+
+
+async def test_a_give_up_mark_lost_to_a_transport_error_leaves_the_job_requeued() -> None:
+    """The last attempt: suspended, then the GaveUp mark's write is cut off. The loop goes on
+    (the next job is admitted); the job is suspended with its count, unmarked, and the mark is
+    tried again at its next timeout."""
+    w, skew = requeueing(limit=1, backoff=3600)
+
+    def cut_the_mark(method: str, path: str) -> None:
+        if method == "PATCH" and path.endswith("/stuck") and w.patches("stuck") == 3:
+            w.client.fail["PATCH"] = ["cut"]  # admission, suspension, then this: the mark
+
+    w.client.on_call = cut_the_mark
+    async with running(w):
+        w.submit("stuck")
+        await wait_until(lambda: w.running("stuck"))
+        skew[0] = 120
+        await wait_until(lambda: "Requeued" in w.events.reasons("stuck"))
+        assert w.patches("stuck") == 3
+        skew[0] = 0  # the next job gets its own minute to start
+        w.see("stuck")
+        w.submit("next", created="2026-01-01T00:00:01Z")
+        await wait_until(lambda: w.running("next"))
+    assert not w.running("stuck")
+    found = annotations_of(w, "stuck")
+    assert found[REQUEUES] == "1" and GAVE_UP not in found
+    assert "(attempt 1 of 1)" in w.events.message("stuck", "Requeued")
+
+
+async def test_pods_that_cannot_be_read_do_not_stop_a_requeue() -> None:
+    """The pods are read only to say why; when they cannot be, the job is requeued anyway and
+    the Event says they could not be read."""
+    w, skew = requeueing()
+    async with running(w):
+        w.submit("stuck")
+        await wait_until(lambda: w.running("stuck"))
+        w.client.fail["LIST"] = ["refuse"]
+        skew[0] = 120
+        await wait_until(lambda: "Requeued" in w.events.reasons("stuck"))
+    assert ("LIST", PODS) in w.client.calls
+    assert not w.running("stuck")
+    assert annotations_of(w, "stuck")[REQUEUES] == "1"
+    assert "its pods could not be read" in w.events.message("stuck", "Requeued")
+
+
+async def test_an_unplaceable_job_whose_pods_cannot_be_read_is_looked_at_again() -> None:
+    """Unconfirmed (its pods could not be read): left running, judged again after the grace."""
+    w = World()
+    w.loop.cycle.requeue = RequeuePolicy(unplaceable=0.2)
+    w.client.store.put(f"{PODS}/big-0", _unschedulable_pod("big"))
+    async with running(w):
+        w.submit("big")
+        await wait_until(lambda: w.running("big"))
+        w.client.fail["LIST"] = ["refuse"]
+        _displaced(w)
+        await wait_until(lambda: w.client.calls.count(("LIST", PODS)) == 1)
+        assert w.running("big")
+        await wait_until(lambda: not w.running("big"))
+        await wait_until(lambda: "Requeued" in w.events.reasons("big"))
+    assert w.client.calls.count(("LIST", PODS)) == 2
+    assert annotations_of(w, "big")[STOPPED].startswith("Unplaceable ")
+
+
+async def test_a_job_that_cannot_be_requeued_gets_a_not_started_event_once() -> None:
+    w, skew = requeueing()
+    async with running(w):
+        w.submit("kept", annotations={PREEMPTIBLE: "false"})
+        await wait_until(lambda: w.running("kept"))
+        skew[0] = 120
+        await wait_until(lambda: "NotStarted" in w.events.reasons("kept"))
+        await anyio.sleep(0.2)  # cycles run meanwhile (the tick is 0.05 s)
+    assert w.events.sent.count(("kept", "Warning", "NotStarted")) == 1
+    assert w.running("kept") and w.patches("kept") == 1
+    assert "kube-queue leaves it running" in w.events.message("kept", "NotStarted")
+
+
+async def test_the_requeued_event_names_the_timeout_of_the_jobs_queue() -> None:
+    """A Queue's podsReadyTimeoutSeconds (30) overrides the flag (60): the Event says 30."""
+    w, skew = requeueing()
+    w.tracker.set_queues(
+        [parse_queue({"metadata": {"name": "default"}, "spec": {"podsReadyTimeoutSeconds": 30}})]
+    )
+    async with running(w):
+        w.submit("stuck")
+        await wait_until(lambda: w.running("stuck"))
+        skew[0] = 45  # past the queue's deadline, not the flag's
+        await wait_until(lambda: "Requeued" in w.events.reasons("stuck"))
+    assert w.events.message("stuck", "Requeued").startswith(
+        "its pods did not all start within 30s of admission"
+    )

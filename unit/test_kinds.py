@@ -10,10 +10,11 @@ import pytest
 
 from kubequeue.demand import DemandError
 from kubequeue.kinds.job import JobKind
-from kubequeue.kinds.mpijob import MPIJobKind
+from kubequeue.kinds.mpijob import MPIJobKind, MPIJobV1Kind
+from kubequeue.kinds.protocol import Preemptible
 from kubequeue.kinds.pytorchjob import PyTorchJobKind
 from kubequeue.kinds.rayjob import RayJobKind
-from kubequeue.kinds.registry import UnknownKind, adapters_for
+from kubequeue.kinds.registry import KINDS, UnknownKind, adapters_for
 from kubequeue.kinds.spark import SparkApplicationKind, parse_jvm_memory
 from kubequeue.kinds.tfjob import TFJobKind
 from kubequeue.kinds.workflow import WorkflowKind
@@ -593,3 +594,83 @@ def test_a_list_where_a_status_string_belongs_is_not_finished(
         target = target.setdefault(step, {})
     target[path[-1]] = ["Succeeded", "COMPLETED", "Complete"]
     assert kind.is_finished(obj) is False
+
+
+# ------------------------------------------------------------------ preemption (suspend again)
+
+
+def _merged(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``patch`` applied to ``obj`` as a JSON merge patch (the API server's part)."""
+    out = dict(obj)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merged(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _running(spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": meta(annotations=annotations), "spec": spec}
+
+
+ADMITTED_ANNOTATION = {"scheduling.x-k8s.io/suspend": "false"}  # as admission left it
+SPEC_SUSPEND = {"spec": {"suspend": True}}
+RUN_POLICY = {"spec": {"runPolicy": {"suspend": True}}}
+RUN_POLICY_AND_ANNOTATION = {
+    "spec": {"runPolicy": {"suspend": True}},
+    "metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "true"}},
+}
+
+
+KUBEFLOW = [
+    ("TFJob", TFJobKind()),
+    ("PyTorchJob", PyTorchJobKind()),
+    ("MPIJob", MPIJobKind()),
+    ("MPIJob-v1", MPIJobV1Kind()),
+]
+
+
+@pytest.mark.parametrize(
+    ("adapter", "running", "patch"),
+    [
+        pytest.param(JobKind(), _running({"suspend": False}), SPEC_SUSPEND, id="Job"),
+        pytest.param(RayJobKind(), _running({"suspend": False}), SPEC_SUSPEND, id="RayJob"),
+        *(
+            pytest.param(kind, _running({"runPolicy": {"suspend": False}}), RUN_POLICY, id=name)
+            for name, kind in KUBEFLOW
+        ),
+        # Held by the annotation before admission: operator builds that watch only it stop too.
+        *(
+            pytest.param(
+                kind,
+                _running({"runPolicy": {}}, ADMITTED_ANNOTATION),
+                RUN_POLICY_AND_ANNOTATION,
+                id=f"{name}-annotation",
+            )
+            for name, kind in KUBEFLOW
+        ),
+    ],
+)
+def test_each_suspendable_kind_is_stopped_by_its_own_suspend_field(
+    adapter: Any, running: dict[str, Any], patch: dict[str, Any]
+) -> None:
+    """What preemption and requeue write, and that it does stop the job (the kind's own
+    is_suspended agrees) and that admission undoes it (the job can run again)."""
+    assert isinstance(adapter, Preemptible)
+    assert not adapter.is_suspended(running)
+    assert adapter.preemption_patch(running) == patch
+    stopped = _merged(running, patch)
+    assert adapter.is_suspended(stopped)
+    assert not adapter.is_suspended(_merged(stopped, adapter.admission_patch(stopped)))
+
+
+def test_spark_and_argo_workflows_have_no_suspend_once_running() -> None:
+    """Their operators do not stop a running application or workflow on suspend: never
+    preempted or requeued. Every other kind can be; a new kind must take a side."""
+    preemptible = {name for name, make in KINDS.items() if isinstance(make(), Preemptible)}
+    assert set(KINDS) - preemptible == {"sparkapplication", "workflow"}
+    for adapter in (SparkApplicationKind(), WorkflowKind()):
+        assert not hasattr(adapter, "preemption_patch")

@@ -268,7 +268,8 @@ def test_a_write_body_never_aliases_the_kind_patch_it_is_built_from() -> None:
     assert json.dumps(patch, sort_keys=True) == before
     assert body["metadata"]["resourceVersion"] == "42"
     assert body["metadata"]["annotations"] == {
-        "scheduling.x-k8s.io/suspend": "false", ADMITTED_AT: "2026-12-04T00:00:00Z"}
+        "scheduling.x-k8s.io/suspend": "false", ADMITTED_AT: "2026-12-04T00:00:00Z",
+        "kube-queue.io/preempted-by": None}  # null: a job admitted again is not preempted
     body["spec"]["runPolicy"]["suspend"] = True  # a later edit of the body stays in the body
     assert json.dumps(patch, sort_keys=True) == before
 

@@ -31,7 +31,7 @@ from kubequeue.queueing.queue import JobQueue
 from kubequeue.queueing.spec import parse_queue
 from kubequeue.resources import GPU
 from unit import builders as b
-from unit.simcluster import JOB
+from unit.simcluster import JOB, admitted_annotations
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC).timestamp()
 NAMESPACES = ("ns-a", "ns-b", "ns-c")
@@ -237,10 +237,8 @@ class World:
             elsewhere = names[op[3] % len(names)] if kind == "misbind" and names else None
             name = a.job.key[2]
             obj = self.job_obj(name, suspend=False)
-            annotations = dict(obj["metadata"]["annotations"])
-            annotations.update(a.job.admission_patch.get("metadata", {}).get("annotations", {}))
-            annotations[ADMITTED_AT] = "now"
-            annotations.pop(PREEMPTED_BY, None)
+            patch = a.job.admission_patch
+            annotations = admitted_annotations(obj["metadata"]["annotations"], patch)
             obj["metadata"]["annotations"] = annotations
             self.kept[name] = {k: v for k, v in annotations.items() if k != ADMITTED_AT}
             self.versions[name] += 1

@@ -9,9 +9,12 @@ import msgspec
 
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.requeue import RequeuePolicy, not_running
+from kubequeue.kinds.spark import SparkApplicationKind
+from kubequeue.labels import ADMITTED_AT, PREEMPTIBLE
 from kubequeue.objects import PodDiagnosis
+from kubequeue.resources import GPU
 from unit import builders as b
-from unit.simcluster import JOB, Cluster, gpu_job
+from unit.simcluster import JOB, Cluster, gpu_job, two_teams
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC).timestamp()
 
@@ -22,8 +25,10 @@ def stamp(seconds: float) -> str:
     )
 
 
-def cluster(now: list[float], **policy: float) -> Cluster:
-    c = Cluster([], b.node("n1", gpu=4))
+def cluster(
+    now: list[float], queues: list[dict[str, object]] | None = None, gpus: int = 4, **policy: float
+) -> Cluster:
+    c = Cluster(queues or [], b.node("n1", gpu=gpus))
     c.cycle = AdmissionCycle(
         c.tracker,
         requeue=RequeuePolicy(**{"timeout": 60, "limit": 3, "backoff": 10, **policy}),
@@ -34,10 +39,17 @@ def cluster(now: list[float], **policy: float) -> Cluster:
 
 def admit_at(c: Cluster, now: list[float], name: str) -> None:
     """Admit, with the admission time the writer would have stamped."""
-    assert c.cycle_admits() == [name]
-    obj = c.objects[name]
-    obj["metadata"]["annotations"]["kube-queue.io/admitted-at"] = stamp(now[0])
-    c.tracker.observe(JOB, obj)
+    assert admit_all_at(c, now) == [name]
+
+
+def admit_all_at(c: Cluster, now: list[float]) -> list[str]:
+    """Run a cycle; stamp what it admitted with the admission time the writer would have."""
+    names = c.cycle_admits()
+    for name in names:
+        obj = c.objects[name]
+        obj["metadata"]["annotations"][ADMITTED_AT] = stamp(now[0])
+        c.tracker.observe(JOB, obj)
+    return names
 
 
 def test_a_job_whose_pods_never_start_is_requeued_with_a_doubling_backoff_then_given_up() -> None:
@@ -175,3 +187,146 @@ def test_a_job_whose_pods_all_started_is_not_requeued_when_some_finish_early() -
     now[0] = 3600
     c.cycle_admits()
     assert c.last.requeues == []
+
+
+def test_the_backoff_doubles_from_its_base_and_stops_at_its_cap() -> None:
+    policy = RequeuePolicy()  # 1 min, doubling, at most 30 min
+    assert [policy.delay(n) for n in range(8)] == [0, 60, 120, 240, 480, 960, 1800, 1800]
+    assert policy.delay(10**6) == 1800, "no overflow for absurd counts"
+    assert RequeuePolicy(backoff=10, backoff_max=50).delay(4) == 50
+
+
+def test_a_queues_pods_ready_timeout_overrides_the_flag() -> None:
+    """team-b says 20 s (podsReadyTimeoutSeconds), the flag 60 s: team-b's jobs are judged at
+    20 s, team-a's at 60 s; an Event of a job left running names the timeout that applied."""
+    now = [0.0]
+    c = cluster(now, two_teams(podsReadyTimeoutSeconds=20), gpus=12)
+    c.stuck.update(("a", "b", "b-kept"))
+    c.submit("a", "ns-a", 4, 0)
+    c.submit("b", "ns-b", 4, 1)
+    c.submit("b-kept", "ns-b", 4, 2, annotations={PREEMPTIBLE: "false"})
+    assert admit_all_at(c, now) == ["a", "b", "b-kept"]
+    now[0] = 19
+    c.cycle_admits()
+    assert c.last.requeues == [] and c.last.notices == []
+    now[0] = 21
+    c.cycle_admits()
+    assert [r.job.key[2] for r in c.last.requeues] == ["b"]
+    [notice] = c.last.notices
+    assert (notice.key[2], notice.reason) == ("b-kept", "NotStarted")
+    assert notice.message.startswith("its pods did not all start within 20s of admission")
+    c.requeued(stamp(now[0]))
+    now[0] = 59
+    c.cycle_admits()
+    assert c.last.requeues == []
+    now[0] = 61
+    c.cycle_admits()
+    assert [r.job.key[2] for r in c.last.requeues] == ["a"]
+
+
+def test_a_queue_may_set_a_longer_timeout_than_the_flag() -> None:
+    now = [0.0]
+    c = cluster(now, two_teams(podsReadyTimeoutSeconds=300), gpus=8)
+    c.stuck.add("b")
+    c.submit("b", "ns-b", 4, 0)
+    admit_at(c, now, "b")
+    now[0] = 299
+    c.cycle_admits()
+    assert c.last.requeues == []
+    now[0] = 301
+    c.cycle_admits()
+    assert [r.job.key[2] for r in c.last.requeues] == ["b"]
+
+
+def test_a_job_marked_not_preemptible_whose_pods_never_start_gets_one_warning() -> None:
+    """It cannot be requeued; it is left running, and its owner is told so in an Event (not
+    only the admin, in a log line), once."""
+    now = [0.0]
+    c = cluster(now)
+    c.stuck.add("kept")
+    c.submit("kept", "ns", 4, 0, annotations={PREEMPTIBLE: "false"})
+    admit_at(c, now, "kept")
+    now[0] = 59
+    c.cycle_admits()
+    assert c.last.notices == []
+    now[0] = 61
+    c.cycle_admits()
+    assert c.last.requeues == []
+    [notice] = c.last.notices
+    assert (notice.key, notice.uid, notice.type, notice.reason) == (
+        ("Job", "ns", "kept"), "uid-kept", "Warning", "NotStarted")
+    assert notice.message == (
+        "its pods did not all start within 60s of admission (0 of 1 running and ready); its "
+        "kind cannot be suspended once running (or it is marked preemptible: false), so "
+        "kube-queue leaves it running"
+    )
+    for later in (62, 600, 3600):
+        now[0] = later
+        c.cycle_admits()
+        assert c.last.notices == [], "said once"
+    assert ("Job", "ns", "kept") in c.tracker.admitted
+
+
+def test_a_kind_that_cannot_be_suspended_once_running_gets_the_warning_too() -> None:
+    """A SparkApplication (its operator does not stop a running application on suspend)."""
+    now = [0.0]
+    c = cluster(now)
+    spark = SparkApplicationKind()
+    c.tracker.register(spark)
+    obj = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {
+            "name": "etl",
+            "namespace": "ns",
+            "uid": "uid-etl",
+            "resourceVersion": "7",
+            "creationTimestamp": stamp(0),
+            "annotations": {ADMITTED_AT: stamp(0)},
+        },
+        "spec": {
+            "suspend": False,
+            "type": "Python",
+            "driver": {"cores": 1, "memory": "1g"},
+            "executor": {"instances": 1, "cores": 1, "memory": "1g",
+                         "gpu": {"name": GPU, "quantity": 1}},
+        },
+    }
+    c.tracker.observe(spark, obj)
+    key = ("SparkApplication", "ns", "etl")
+    assert c.tracker.admitted[key].preemption_patch is None
+    now[0] = 61
+    c.cycle_admits()
+    assert c.last.requeues == []
+    [notice] = c.last.notices
+    assert (notice.key, notice.type, notice.reason) == (key, "Warning", "NotStarted")
+    assert "(0 of 2 running and ready)" in notice.message
+    now[0] = 120
+    c.cycle_admits()
+    assert c.last.notices == []
+
+
+def test_a_requeued_job_goes_behind_the_jobs_of_its_priority_never_ahead_of_its_creation() -> None:
+    """Issue 11: requeued behind jobs of its priority. Its requeue time is its place in line
+    (a job submitted before the requeue goes first), but a requeued-at a user wrote earlier
+    than the job's creation never moves it forward."""
+    from kubequeue.labels import REQUEUED_AT, REQUEUES
+
+    c = cluster([0.0])
+    for name, created in (("early", 0), ("later", 100)):
+        obj = gpu_job(name, "default", 4, 0)
+        obj["metadata"]["creationTimestamp"] = stamp(created)
+        c.objects[name] = obj
+    c.objects["early"]["metadata"]["annotations"] = {REQUEUES: "1", REQUEUED_AT: stamp(200)}
+    for name in ("early", "later"):
+        c.tracker.observe(JOB, c.objects[name])
+    assert [j.key[2] for j in c.tracker.queue.ordered()] == ["later", "early"]
+    # Hostile: requeued "before" it existed, to jump the line. Its creation stands.
+    c.objects["later"]["metadata"]["annotations"] = {REQUEUES: "1", REQUEUED_AT: stamp(-500)}
+    c.tracker.observe(JOB, c.objects["later"])
+    early = c.tracker.queue.get(("Job", "default", "early"))
+    assert [j.key[2] for j in c.tracker.queue.ordered()] == ["later", "early"]
+    assert early is not None and early.created == stamp(200)
+    c.objects["early"]["metadata"]["annotations"] = {}
+    c.tracker.observe(JOB, c.objects["early"])
+    assert [j.key[2] for j in c.tracker.queue.ordered()] == ["early", "later"]

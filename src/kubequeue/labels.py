@@ -37,7 +37,7 @@ QUEUE_LABEL = "kube-queue.io/queue-name"
 QUEUE_ANNOTATION = "kube-queue.io/queue"
 BORROWING = "kube-queue.io/borrowing"
 # Written on a job kube-queue stopped to make room: which job it made room for
-# ("<Kind>/<namespace>/<name>"), or "requeue" when its pods never all started in time.
+# ("<Kind>/<namespace>/<name>"); removed by the write that admits it again.
 PREEMPTED_BY = "kube-queue.io/preempted-by"
 # Users set this to "false" (annotation or label) so kube-queue never preempts the job.
 PREEMPTIBLE = "kube-queue.io/preemptible"

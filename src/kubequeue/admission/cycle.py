@@ -701,12 +701,29 @@ class AdmissionCycle:
         writes it; admission/requeue.py), unless their kind cannot be suspended once running."""
         for job, started, expected in self.tracker.never_started(now):
             attempt = job.requeues + 1
-            self._take_for_requeue(
+            if self._take_for_requeue(
                 result,
                 Requeue(job, attempt, attempt >= self.requeue.limit, started, expected),
                 "job.not_started",
                 "its kind cannot be suspended once running (or it is marked preemptible: "
                 "false), so it is not requeued",
+            ):
+                continue
+            # Left running, its owner must still hear of it, as a requeued job's owner does:
+            # a log line reaches only the admin. Once: never_started yields a job once per
+            # admission.
+            timeout = self.tracker.ready_timeout(job.queue)
+            result.notices.append(
+                Notice(
+                    job.key,
+                    job.uid,
+                    "Warning",
+                    "NotStarted",
+                    f"its pods did not all start within {timeout:.0f}s of admission ({started} "
+                    f"of {expected} running and ready); its kind cannot be suspended once "
+                    "running (or it is marked preemptible: false), so kube-queue leaves it "
+                    "running",
+                )
             )
 
     def _unplaceable(self, result: CycleResult, now: float) -> None:
@@ -726,9 +743,9 @@ class AdmissionCycle:
 
     def _take_for_requeue(
         self, result: CycleResult, requeue: Requeue, event: str, why_not: str
-    ) -> None:
+    ) -> bool:
         """Hand a requeue to the loop, the job marked so that nobody preempts it meanwhile;
-        or, when its kind cannot be suspended once running, only say so."""
+        or, when its kind cannot be suspended once running, only log it (False)."""
         job = requeue.job
         if job.preemption_patch is None:
             log.warning(
@@ -738,9 +755,10 @@ class AdmissionCycle:
                 expected=requeue.expected,
                 why=why_not,
             )
-            return
+            return False
         result.requeues.append(requeue)
         self.tracker.victims[job.key] = job.key
+        return True
 
     def _backing_off(self, result: CycleResult, job: QueuedJob) -> None:
         until = job.requeued_epoch + self.requeue.delay(job.requeues)

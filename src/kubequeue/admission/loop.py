@@ -561,7 +561,7 @@ class AdmissionLoop:
             detail=detail,
             gave_up=requeue.gave_up,
         )
-        timeout = self.cycle.requeue.timeout
+        timeout = self.tracker.ready_timeout(job.queue)  # its Queue's own, if it has one
         self._publish(
             Notice(
                 job.key,
@@ -569,7 +569,8 @@ class AdmissionLoop:
                 "Warning",
                 "Requeued",
                 f"its pods did not all start within {timeout:.0f}s of admission ({detail}); "
-                f"suspended and queued again (attempt {requeue.attempt} of {limit})"
+                f"suspended and queued again behind the jobs of its priority (attempt "
+                f"{requeue.attempt} of {limit})"
                 + ("" if requeue.gave_up else f", admitted again no sooner than {delay:.0f}s"),
             )
         )

@@ -1,7 +1,8 @@
 """Requeue of admitted jobs that never start: when an admitted job's pods are not all Running
 and Ready within the pods-ready timeout (--pods-ready-timeout, or its Queue's
 podsReadyTimeoutSeconds), kube-queue suspends it again (its kind's suspend patch), it waits in
-its queue again (in its place by creation time) and may be admitted again only after a backoff
+its queue again (behind the jobs of its priority: in line as if submitted at its requeue,
+admission/tracker.py) and may be admitted again only after a backoff
 that doubles with each attempt (1 min, 2, 4, ... at most 30 min); after ``limit`` attempts it
 stays suspended (GaveUp) until a user edits its spec or re-creates it.
 

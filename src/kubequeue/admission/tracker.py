@@ -235,10 +235,16 @@ class JobTracker:
             requeues=requeues,
         )
 
-    def _note_deadline(self, key: JobKey, queue: str, admitted_epoch: float) -> None:
+    def ready_timeout(self, queue: str) -> float:
+        """The pods-ready timeout of jobs admitted into ``queue`` (0: off): the Queue's own
+        podsReadyTimeoutSeconds, else --pods-ready-timeout. One rule, for the deadline and for
+        what the Events say it was."""
         node = self.ledger.tree.nodes.get(queue) if queue else None
         own = node.spec.pods_ready_timeout if node is not None else None
-        timeout = own if own is not None else self.pods_ready_timeout
+        return own if own is not None else self.pods_ready_timeout
+
+    def _note_deadline(self, key: JobKey, queue: str, admitted_epoch: float) -> None:
+        timeout = self.ready_timeout(queue)
         if timeout <= 0:
             return
         deadline = admitted_epoch + timeout
@@ -420,7 +426,13 @@ class JobTracker:
         job.queue_label = label if isinstance(label, str) else None
         job.requeues = _requeues(obj)
         if job.requeues:
-            job.requeued_epoch = _epoch(str(annotations_of(obj).get(REQUEUED_AT, "")))
+            stamp = str(annotations_of(obj).get(REQUEUED_AT, ""))
+            job.requeued_epoch = _epoch(stamp)
+            if job.requeued_epoch > job.created_epoch:
+                # Its pods did not start in time: it goes behind the jobs of its priority, in
+                # line (and for the starvation guard) as if submitted when it was requeued.
+                # Never ahead of its creation: the annotation is on a user's object.
+                job.created, job.created_epoch = stamp, job.requeued_epoch
         class_name: str | None = None
         try:
             patch = _shared(adapter.admission_patch(obj))

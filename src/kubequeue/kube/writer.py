@@ -14,7 +14,7 @@ from typing import Any
 
 from kubequeue.identity import KindInfo
 from kubequeue.kube.client import ApiError, KubeClient
-from kubequeue.labels import ADMITTED_AT
+from kubequeue.labels import ADMITTED_AT, PREEMPTED_BY
 
 __all__ = ["admission_body", "admit", "mark", "read", "stop"]
 
@@ -33,10 +33,18 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
 
 
 def admission_body(patch: Mapping[str, Any], resource_version: str, now: str) -> dict[str, Any]:
+    """The kind's patch plus admitted-at, and ``preempted-by`` removed (null): a job admitted
+    again is no longer stopped for anyone, and a running job must not say it was preempted.
+    In this very write, so no moment exists where the job runs with the stale mark."""
     body = _deep_merge({}, patch)
     return _deep_merge(
         body,
-        {"metadata": {"resourceVersion": resource_version, "annotations": {ADMITTED_AT: now}}},
+        {
+            "metadata": {
+                "resourceVersion": resource_version,
+                "annotations": {ADMITTED_AT: now, PREEMPTED_BY: None},
+            }
+        },
     )
 
 
