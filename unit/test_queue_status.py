@@ -61,3 +61,41 @@ async def test_a_status_already_as_wanted_is_not_written() -> None:
     observed["team-a"] = client.store.get(f"{QUEUE_API}/team-a/status")
     assert await writer.write_once() == 0
     assert [c for c in client.calls if c[0] == "PATCH"] == [("PATCH", f"{QUEUE_API}/team-a/status")]
+
+
+class Emitted:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def emit(self, obj: Any, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+def ready(status: str, reason: str, message: str) -> dict[str, Any]:
+    return {**ready_status(0), "conditions": [
+        {"type": "Ready", "status": status, "reason": reason, "message": message}]}
+
+
+async def test_a_queue_problem_is_warned_once_per_problem_and_again_after_it_was_fixed() -> None:
+    client = FakeClient()
+    obj = queue("team-a")
+    client.store.put(f"{QUEUE_API}/team-a/status", obj)
+    desired: dict[str, dict[str, Any]] = {}
+    events = Emitted()
+    writer = QueueStatusWriter(client, lambda: desired, lambda: {"team-a": obj},
+                               events)  # type: ignore[arg-type]
+    loop = ready("False", "InvalidSpec", "the parent chain loops (a -> b -> a)")
+    for status in (loop, loop, ready("True", "Ready", "the queue admits jobs"), loop):
+        desired["team-a"] = status
+        await writer.write_once()
+    assert [e[1] for e in events.events] == ["InvalidSpec", "InvalidSpec"]
+    assert events.events[0][2] == (
+        "queue team-a takes no jobs until fixed: the parent chain loops (a -> b -> a)")
+    ignored = ready("True", "SpecIgnored", "the queue admits jobs, but its namespaceSelector "
+                    "is ignored: a queue with children holds no jobs")
+    desired["team-a"] = ignored
+    await writer.write_once()
+    await writer.write_once()
+    assert events.events[-1][:2] == ("Warning", "SpecIgnored")
+    assert events.events[-1][2].startswith("queue team-a: the queue admits jobs, but")
+    assert len(events.events) == 3

@@ -141,3 +141,17 @@ def test_absent_selector_selects_nothing_and_empty_selects_everything() -> None:
     assert QueueSpec("q").selector is None
     t = tree(queue("only-by-label"))
     assert t.assign({}, {"any": "thing"}).queue == ""
+
+
+def test_a_parent_queue_s_namespace_selector_is_said_to_be_ignored() -> None:
+    """A parent holds no jobs, so its namespaceSelector catches nothing: the queue still works
+    and says so (Ready, reason SpecIgnored), instead of jobs silently going elsewhere."""
+    t = tree(
+        queue("research", namespaceSelector={"matchLabels": {"team": "r"}}),
+        queue("team-a", parent="research", namespaceSelector={"matchLabels": {"team": "a"}}),
+    )
+    assert t.nodes["research"].ignored is not None
+    assert "namespaceSelector is ignored" in t.nodes["research"].ignored
+    assert t.nodes["research"].unusable is None and t.nodes["team-a"].ignored is None
+    assert t.assign({}, {"team": "r"}).queue == ""  # the implicit queue, not the parent
+    assert t.assign({}, {"team": "a"}).queue == "team-a"

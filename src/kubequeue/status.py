@@ -117,6 +117,8 @@ def _ready(tracker: JobTracker, name: str) -> tuple[bool, str, str]:
         return False, "InvalidSpec", node.problem
     if node.unusable is not None:
         return False, "ParentInvalid", node.unusable
+    if node.ignored is not None:
+        return True, "SpecIgnored", f"the queue admits jobs, but {node.ignored}"
     return True, "Ready", "the queue admits jobs"
 
 

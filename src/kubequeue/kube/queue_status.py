@@ -126,7 +126,8 @@ class QueueStatusWriter:
         if self.events is None:
             return
         [ready] = [c for c in status.get("conditions", []) if c.get("type") == "Ready"] or [{}]
-        if ready.get("status") != "False":
+        broken = ready.get("status") == "False"
+        if not broken and ready.get("reason") in (None, "Ready"):
             self._warned.pop(name, None)
             return
         message = str(ready.get("message", ""))
@@ -138,6 +139,8 @@ class QueueStatusWriter:
             InvolvedObject(_API_VERSION, "Queue", "", name, str(meta.get("uid", ""))),
             "Warning",
             str(ready.get("reason") or "InvalidSpec"),
-            f"queue {name} takes no jobs until fixed: {message}",
+            f"queue {name} takes no jobs until fixed: {message}"
+            if broken
+            else f"queue {name}: {message}",
         )
         log.warning("queue.invalid", queue=name, reason=ready.get("reason"), message=message)

@@ -41,6 +41,9 @@ class QueueNode:
     # Resources this queue or an ancestor names in min or max: only those limit its jobs, count
     # as borrowed and weigh in its share (a sibling's or child's min does not name them here).
     named: frozenset[str] = frozenset()
+    # Part of its spec that has no effect (the queue works otherwise): said on its Ready
+    # condition and in one Warning Event, so a selector that catches nothing is not a mystery.
+    ignored: str | None = None
 
     @property
     def name(self) -> str:
@@ -98,6 +101,12 @@ class QueueTree:
                 pool[res] = self.nodes[root].emin.get(res, 0)
         # Leaves that select namespaces, in name order ("the first Queue that matches").
         self._selecting = [n for n in self.nodes.values() if n.leaf and n.spec.selector is not None]
+        for node in self.nodes.values():
+            if not node.leaf and node.spec.selector is not None:
+                node.ignored = (
+                    "its namespaceSelector is ignored: a queue with children holds no jobs "
+                    "(put the selector on one of its leaf queues)"
+                )
 
     def __len__(self) -> int:
         return len(self.nodes)
