@@ -155,3 +155,11 @@ def test_a_parent_queue_s_namespace_selector_is_said_to_be_ignored() -> None:
     assert t.nodes["research"].unusable is None and t.nodes["team-a"].ignored is None
     assert t.assign({}, {"team": "r"}).queue == ""  # the implicit queue, not the parent
     assert t.assign({}, {"team": "a"}).queue == "team-a"
+
+
+def test_a_job_naming_a_queue_in_a_parent_loop_is_told_about_the_loop() -> None:
+    """In a loop every queue is another's parent: "name one of its leaf queues ()" would send
+    the user looking for leaves that do not exist; the loop is what to fix."""
+    t = tree(queue("loop-1", parent="loop-2"), queue("loop-2", parent="loop-1"))
+    a = t.assign({"kube-queue.io/queue-name": "loop-1"}, {})
+    assert a.reason == "InvalidQueue" and a.problem is not None and "loops" in a.problem

@@ -221,7 +221,9 @@ class QueueTree:
                 "(the job waits and moves on by itself once the queue exists)",
                 "UnknownQueue",
             )
-        if not node.leaf:
+        if not node.leaf and node.unusable is None:
+            # (An unusable one says why it is unusable first: in a parent chain that loops,
+            # every queue is some other's parent and there is no leaf to name.)
             return Assignment(
                 name,
                 f"queue {name} is a parent queue and holds no jobs; name one of its leaf "
