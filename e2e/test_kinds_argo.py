@@ -6,6 +6,7 @@ step. Workflows without the gate template or with bad min-resources get Warning 
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 import pytest
@@ -86,6 +87,10 @@ async def test_workflow_waits_while_full_then_its_gate_is_resumed_and_the_gpu_st
     assert pod_gpus(pod) == 2
 
 
+def _seconds(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
 async def test_workflows_with_bad_queueing_input_get_warnings_and_never_start(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     operators: Operators,
@@ -119,6 +124,13 @@ async def test_workflows_with_bad_queueing_input_get_warnings_and_never_start(
         assert warning["type"] == "Warning"
         assert "kube-queue/min-resources" in warning["message"], warning
         assert len(warning["message"]) < 400 and "*a" not in warning["message"], warning
+        if name == "alias-bomb":
+            # Judged at once (server timestamps, whole seconds: 2 s allows for the rounding).
+            created = (await _workflow(kubectl, namespace, name))["metadata"]["creationTimestamp"]
+            assert _seconds(warning["firstTimestamp"]) - _seconds(created) <= 2, warning
+    flowed = await get_job(kubectl, namespace, "keeps-flowing")
+    assert _seconds(str(admitted_at(flowed))) - _seconds(
+        flowed["metadata"]["creationTimestamp"]) <= 2, "admitted at once beside the bomb"
     await asyncio.sleep(3)
     for name in ("no-gate", "bad-yaml", "not-a-map", "undeclared", "alias-bomb"):
         found = await _workflow(kubectl, namespace, name)

@@ -6,6 +6,7 @@ has."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,15 @@ import pytest
 from e2e.cluster.nodes import NodeSpec
 from e2e.controller_fixtures import StartController
 from e2e.invariants import gpu_overcommit_watch
-from e2e.jobs import events_for, get_job, is_suspended, job, pods_by_node, suspended_states
+from e2e.jobs import (
+    completed,
+    events_for,
+    get_job,
+    is_suspended,
+    job,
+    pods_by_node,
+    suspended_states,
+)
 from e2e.queues import Queues
 from e2e.support import FakeNodes, Kubectl, wait_until
 
@@ -65,6 +74,11 @@ async def test_a_team_under_its_min_reclaims_borrowed_gpus_and_the_borrower_runs
                             "-n", namespace)
         await wait_until("b0 admitted after reclaiming", lambda: _admitted(kubectl, namespace,
                                                                             "b0"), 90)
+
+        async def b0_runs() -> bool:
+            return any(pod.startswith("b0-") for pod in await pods_by_node(kubectl, namespace))
+
+        await wait_until("b0's 8-GPU pod is bound", b0_runs, 30)
         jobs = {j["metadata"]["name"]: j
                 for j in (await kubectl.json("get", "jobs", "-n", namespace))["items"]}
         victims = sorted(n for n, j in jobs.items() if _preempted_by(j))
@@ -84,6 +98,13 @@ async def test_a_team_under_its_min_reclaims_borrowed_gpus_and_the_borrower_runs
             return not any(states[v] for v in victims)
 
         await wait_until("the preempted jobs run again once b0 is done", victims_back, 90)
+        # Nothing lost: b0 completed, and all four of team-a's jobs run again (pods bound).
+        await wait_until("team-a's four jobs all run again",
+                         lambda: _bound(kubectl, namespace, 4), 60)
+        b0 = await get_job(kubectl, namespace, "b0")
+        assert completed(b0), b0.get("status")
+        assert sorted(await suspended_states(kubectl, namespace)) == [
+            "a0", "a1", "a2", "a3", "b0"]
     assert watch.samples > 10
     assert watch.violations == [], watch.violations
 
@@ -126,36 +147,76 @@ async def test_priority_preemption_frees_the_node_that_can_hold_the_job(
     assert watch.violations == [], watch.violations
 
 
+LINGER = "e2e.kube-queue.io/linger"
+
+
+async def _release_pods(kubectl: Kubectl, namespace: str, jobs: tuple[str, ...]) -> None:
+    """Take LINGER off these jobs' pods (only removing a finalizer is allowed once a pod is
+    being deleted), so they can go."""
+    found = (await kubectl.json("get", "pods", "-n", namespace))["items"]
+    for pod in found:
+        finalizers = pod["metadata"].get("finalizers") or []
+        owner = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+        if owner in jobs and LINGER in finalizers:
+            kept = [f for f in finalizers if f != LINGER]
+            await kubectl("patch", "pod", pod["metadata"]["name"], "-n", namespace,
+                          "--type=merge", "-p",
+                          json.dumps({"metadata": {"finalizers": kept}}))
+
+
 async def test_a_controller_killed_mid_preemption_neither_preempts_twice_nor_overcommits(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     high_priority: str,
 ) -> None:
+    """The victims' pods carry a finalizer of the test's, so they stay Terminating (holding
+    their GPUs) until the test lets them go: the controller is killed, and its successor
+    starts, while the preemption is truly in the middle (victim suspended, preemptor waiting
+    for the room). The successor must neither preempt the other job nor admit the preemptor
+    before the pods are gone, and must admit it exactly once after."""
     nodes = await fake_nodes.create(NodeSpec("gpu", gpus=8))
     first = await kube_queue("--preemption=lower-priority", name="before-kill")
-    async with gpu_overcommit_watch(kubectl, nodes) as watch:
-        for name in ("low-a", "low-b"):
-            await kubectl.apply(job(name, gpus=4), "-n", namespace)
-        await wait_until("the low-priority jobs run", lambda: _bound(kubectl, namespace, 2), 60)
-        await kubectl.apply(job("urgent", gpus=4, priority_class=high_priority),
-                            "-n", namespace)
+    low = ("low-a", "low-b")
+    try:
+        async with gpu_overcommit_watch(kubectl, nodes) as watch:
+            for name in low:
+                manifest = job(name, gpus=4)
+                manifest["spec"]["template"]["metadata"]["finalizers"] = [LINGER]
+                await kubectl.apply(manifest, "-n", namespace)
+            await wait_until("the low-priority jobs run", lambda: _bound(kubectl, namespace, 2),
+                             60)
+            await kubectl.apply(job("urgent", gpus=4, priority_class=high_priority),
+                                "-n", namespace)
 
-        async def a_victim_marked() -> bool:
-            found = (await kubectl.json("get", "jobs", "-n", namespace))["items"]
-            return any(_preempted_by(j) for j in found)
+            async def victims() -> list[str]:
+                found = (await kubectl.json("get", "jobs", "-n", namespace))["items"]
+                return [j["metadata"]["name"] for j in found if _preempted_by(j)]
 
-        await wait_until("a victim is chosen and suspended", a_victim_marked, 30)
-        first.kill()  # between choosing the victim and admitting the preemptor
-        await kube_queue("--preemption=lower-priority", name="after-kill")
-        await wait_until("urgent admitted", lambda: _admitted(kubectl, namespace, "urgent"),
-                         60)
-        await asyncio.sleep(3)
-        jobs = {j["metadata"]["name"]: j
-                for j in (await kubectl.json("get", "jobs", "-n", namespace))["items"]}
-        preempted = [n for n, j in jobs.items() if _preempted_by(j)]
-        assert len(preempted) == 1, f"one 4-GPU victim makes room for 4 GPUs: {preempted}"
-        running = [n for n, j in jobs.items() if not is_suspended(j)]
-        assert sorted(running) == sorted(["urgent", *(set(("low-a", "low-b")) - set(preempted))])
-    assert watch.violations == [], watch.violations
+            await wait_until("a victim is chosen and suspended", victims, 30)
+            assert is_suspended(await get_job(kubectl, namespace, "urgent")), (
+                "the preemptor waits while its victim's pods linger")
+            first.kill()  # between choosing the victim and admitting the preemptor
+            await kube_queue("--preemption=lower-priority", name="after-kill")
+            await asyncio.sleep(5)  # the successor has synced and judged everything
+            assert is_suspended(await get_job(kubectl, namespace, "urgent")), (
+                "not admitted while the victim's pods still hold the GPUs")
+            preempted = await victims()
+            assert len(preempted) == 1, f"nobody preempted twice, nobody else: {preempted}"
+            await _release_pods(kubectl, namespace, tuple(preempted))
+            await wait_until("urgent admitted", lambda: _admitted(kubectl, namespace, "urgent"),
+                             60)
+            await wait_until("urgent runs", lambda: _bound(kubectl, namespace, 2), 60)
+            await asyncio.sleep(3)
+            jobs = {j["metadata"]["name"]: j
+                    for j in (await kubectl.json("get", "jobs", "-n", namespace))["items"]}
+            assert await victims() == preempted
+            running = [n for n, j in jobs.items() if not is_suspended(j)]
+            assert sorted(running) == sorted(["urgent", *(set(low) - set(preempted))])
+            admitted = [e for e in await events_for(kubectl, namespace, "urgent")
+                        if e["reason"] == "Admitted"]
+            assert sum(e.get("count") or 1 for e in admitted) == 1, admitted
+        assert watch.violations == [], watch.violations
+    finally:
+        await _release_pods(kubectl, namespace, low)
 
 
 async def _bound(kubectl: Kubectl, namespace: str, count: int) -> bool:

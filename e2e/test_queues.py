@@ -68,6 +68,16 @@ async def test_a_team_borrows_all_gpus_then_the_other_gets_freed_ones_until_its_
     a3 = await get_job(kubectl, namespace, "a3")
     assert a3["metadata"]["annotations"]["kube-queue.io/borrowing"] == "true"
     assert a3["metadata"]["annotations"]["kube-queue.io/queue"] == queues.name("team-a")
+    team_a = queues.name("team-a")
+    borrowing = [f'kube_queue_queue_borrowed{{queue="{team_a}",resource="nvidia.com/gpu"}} 8.0',
+                 f'kube_queue_queue_admitted_jobs{{queue="{team_a}"}} 4.0',
+                 f'kube_queue_queue_admission_wait_seconds_count{{queue="{team_a}"}} 4.0']
+
+    async def borrowing_metrics() -> bool:  # the gauges are refreshed once a second
+        metrics = await kq.metrics()
+        return all(line in metrics for line in borrowing)
+
+    await wait_until("per-queue borrowed, admitted and wait metrics", borrowing_metrics, 10)
     # team-b submits after a4 and a5 were created; it gets the next freed GPUs, up to its min.
     for name in ("b0", "b1"):
         await kubectl.apply(job(name, gpus=4, labels=queues.label("team-b")), "-n", namespace)
@@ -245,3 +255,68 @@ async def test_a_starved_whole_node_job_gets_a_node_drained_across_queues(
     mate_at = order.index(("job.admitted", "mate"))
     big_at = order.index(("job.admitted", "big"))
     assert hold_at < mate_at < big_at, (hold_at, mate_at, big_at)
+
+
+async def test_an_invalid_queue_is_reported_waits_and_the_rest_keeps_admitting(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    queues: Queues,
+) -> None:
+    """Two queues whose parents loop: both are InvalidSpec (Ready=False on the Queue, with a
+    Warning Event on it), a job naming one waits with InvalidQueue, and a queue outside the
+    loop keeps admitting. Fixing the loop makes them Ready and the job runs."""
+    await fake_nodes.create(NodeSpec("gpu", gpus=8))
+    await queues.create("ok", quota={"max": {GPU: 4}})
+    await queues.create("loop-a", parent="loop-b")
+    await queues.create("loop-b", parent="loop-a")
+    kq = await kube_queue()
+    await kubectl.apply(job("fine", gpus=2, labels=queues.label("ok")), "-n", namespace)
+    await kubectl.apply(job("stranded", gpus=2, labels=queues.label("loop-a")), "-n", namespace)
+    await wait_until("fine admitted", lambda: _admitted(kubectl, namespace, "fine"))
+
+    async def ready(short: str) -> dict[str, str] | None:
+        status = (await queues.get(short)).get("status") or {}
+        found = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        return found[0] if found else None
+
+    async def invalid() -> dict[str, str] | None:
+        cond = await ready("loop-a")
+        return cond if cond and cond["status"] == "False" else None
+
+    cond = await wait_until("loop-a's Ready=False written", invalid)
+    assert cond["reason"] == "InvalidSpec" and "loops" in cond["message"], cond
+
+    async def queue_warning() -> dict[str, str] | None:
+        found = (await kubectl.json(
+            "get", "events", "-A", "--field-selector",
+            f"involvedObject.kind=Queue,involvedObject.name={queues.name('loop-a')}"))["items"]
+        return found[0] if found else None
+
+    warning = await wait_until("a Warning Event on the Queue", queue_warning)
+    assert warning["type"] == "Warning" and warning["reason"] == "InvalidSpec", warning
+
+    async def invalid_queue() -> dict[str, str] | None:
+        found = [e for e in await events_for(kubectl, namespace, "stranded")
+                 if e["reason"] == "InvalidQueue"]
+        return found[0] if found else None
+
+    await wait_until("an InvalidQueue warning on the job", invalid_queue)
+    assert is_suspended(await get_job(kubectl, namespace, "stranded"))
+    # `kube-queue queues` shows it too, one line per queue, and --queue filters status.
+    table = await _cli("queues", "--url", kq.url)
+    lines = {line.split()[0]: line for line in table.splitlines()[1:] if line.strip()}
+    assert "InvalidSpec" in lines[queues.name("loop-a")], table
+    assert lines[queues.name("ok")].split()[-1] == "True", table
+    status = json.loads(await _cli("status", "--url", kq.url, "--queue", queues.name("loop-a"),
+                                   "-o", "json"))
+    assert [j["name"] for j in status["jobs"]] == ["stranded"], status
+    # Fixed: loop-b becomes a root, loop-a its child; both are Ready and the job runs.
+    await kubectl("patch", "queue", queues.name("loop-b"), "--type=json",
+                  "-p", '[{"op": "remove", "path": "/spec/parent"}]')
+
+    async def valid() -> bool:
+        cond = await ready("loop-a")
+        return bool(cond and cond["status"] == "True")
+
+    await wait_until("loop-a Ready again", valid)
+    await wait_until("stranded admitted once its queue is fixed",
+                     lambda: _admitted(kubectl, namespace, "stranded"))

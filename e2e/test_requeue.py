@@ -6,6 +6,7 @@ stays suspended with GaveUp."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 import pytest
@@ -39,6 +40,10 @@ async def first_event(
     return found[0] if found else None
 
 
+def _seconds(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
 async def admitted(kubectl: Kubectl, namespace: str, name: str) -> bool:
     return not is_suspended(await get_job(kubectl, namespace, name))
 
@@ -47,11 +52,13 @@ async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
 ) -> None:
     await fake_nodes.create(NodeSpec("gpu", gpus=8))
-    await kube_queue("--pods-ready-timeout=4", "--requeue-backoff=2", "--requeue-limit=2")
+    # The backoff (10 s) outlasts the next job (3 s): stuck's second admission waits for the
+    # backoff, not for room.
+    await kube_queue("--pods-ready-timeout=4", "--requeue-backoff=10", "--requeue-limit=2")
     await kubectl.apply(never_schedulable("stuck", gpus=4), "-n", namespace)
 
     await wait_until("stuck admitted", lambda: admitted(kubectl, namespace, "stuck"))
-    await kubectl.apply(job("next", gpus=8, run_for="8s"), "-n", namespace)
+    await kubectl.apply(job("next", gpus=8, run_for="3s"), "-n", namespace)
 
     event = await wait_until(
         "a Requeued event", lambda: first_event(kubectl, namespace, "stuck", "Requeued"), 30
@@ -62,6 +69,7 @@ async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_
     assert is_suspended(stuck)
     assert stuck["metadata"]["annotations"]["kube-queue.io/requeues"] == "1"
     assert stuck["metadata"]["annotations"]["kube-queue.io/stopped"].startswith("Requeued ")
+    requeued_at = _seconds(stuck["metadata"]["annotations"]["kube-queue.io/requeued-at"])
     # Its GPUs went to the next job; after that one finishes, stuck gets its second chance,
     # fails again, and kube-queue gives up.
     await wait_until(
@@ -78,6 +86,12 @@ async def test_a_job_whose_pods_never_start_is_requeued_with_backoff_then_given_
     assert is_suspended(stuck)
     assert stuck["metadata"]["annotations"]["kube-queue.io/requeues"] == "2"
     assert stuck["metadata"]["annotations"].get("kube-queue.io/gave-up")
+    # Admitted twice (one Event, counted twice): the second time no sooner than the backoff.
+    admissions = [e for e in await events_for(kubectl, namespace, "stuck")
+                  if e["reason"] == "Admitted"]
+    assert sum(e.get("count") or 1 for e in admissions) == 2, admissions
+    again = max(_seconds(e["lastTimestamp"]) for e in admissions)
+    assert again - requeued_at >= 9, f"re-admitted {again - requeued_at:.0f}s after requeue"
 
 
 async def test_a_job_whose_planned_room_is_taken_is_requeued_at_once_and_starts_when_it_fits(
