@@ -135,14 +135,19 @@ def plan_preemption(
         admitted, why = _info(candidate)
         if why != "reclaim":
             return True
-        # Take from a queue only while it is still above its min in what the job needs.
+        # Take from a queue only while it is still above its min in what the job needs. A
+        # job holding none of what its queue borrowed spends nothing of that: it is taken when
+        # the room it holds is needed beside the borrowed capacity (its CPU next to a borrowed
+        # GPU), whatever was taken before it, so the choice does not depend on the cost order.
+        borrowed = ledger.borrowed(admitted.queue)
+        if not any(admitted.demand.get(res, 0) for res in borrowed):
+            return True
         gone: Resources = {}
         for c in chosen:
             other, _ = _info(c)
             if other.queue == admitted.queue:
                 for res, amount in other.demand.items():
                     gone[res] = gone.get(res, 0) + amount
-        borrowed = ledger.borrowed(admitted.queue)
         return any(borrowed.get(res, 0) - gone.get(res, 0) > 0 for res in wanted)
 
     def allowed(chosen: Sequence[Candidate]) -> bool:
