@@ -555,14 +555,21 @@ class Parking:
             # Per pod shape (the same in every line that parks it): the copies these nodes
             # hold, counted up to the most any line asked for so far (``(counted, cap)``).
             copies: dict[int, tuple[int, int]] = {}
+            short: dict[int, bool] = {}  # per pod shape: asks more of a resource than any has
             for shape in list(shapes.values()):
                 request = shape.request
-                if any(amount > peak.get(name, 0) for name, amount in request.items()):
+                kind = shape.key[1]
+                nothing = short.get(kind)
+                if nothing is None:
+                    nothing = short[kind] = any(
+                        amount > peak.get(name, 0) for name, amount in request.items()
+                    )
+                if nothing:
                     continue
                 # Once the bound reaches the biggest pod count parked, every job of the shape
                 # may be woken: counting further would change nothing.
                 enough = shape.counts[-1] - shape.room
-                known = copies.get(shape.key[1]) if enough > 0 else None
+                known = copies.get(kind) if enough > 0 else None
                 if known is not None and (known[0] < known[1] or known[1] >= enough):
                     gain = min(known[0], enough)  # all there are, or at least enough
                 else:
@@ -572,7 +579,7 @@ class Parking:
                         if gain >= enough:
                             break
                     if enough > 0:
-                        copies[shape.key[1]] = (gain, enough)
+                        copies[kind] = (gain, enough)
                 if gain:
                     shape.room += gain
                     if shape.room >= shape.counts[0]:
