@@ -11,17 +11,37 @@ only while that is *exactly* what its visit would do, and woken (put back in the
 as something could make it otherwise. Kinds:
 
 - capacity: one pod set that did not fit. Keyed by its shape (pod request and node
-  constraints); the shape keeps an upper bound on how many of its pods fit in the whole
-  cluster (from the fit that failed, or the job's own count minus one). A node's free capacity
-  only grows through an event the cache records (``freed_nodes_since``), so at the start of
-  each cycle the bound grows by the copies that fit *now* on the nodes freed since (a new or
-  changed node counts too; only nodes the shape's constraints allow count). Of the jobs whose
-  pod count the bound reaches, only the first in walk order wakes; once the walk has passed it,
-  the next one (by then its visit has either admitted it or run the fit, which sets the bound
-  to the room it found: usually below every job left). So a freed node wakes a handful of jobs per
-  shape, not every job it might help. Admissions only take capacity, so the bound stays one for
-  the rest of the cycle. Shapes are per line: the first job of a shape in walk order is then the
-  one with the smallest order key.
+  constraints: the cycle's shape id, admission/fit_memo.py, never reused). Each shape keeps
+  one upper bound on how many of its pods fit in the whole cluster now, shared by every line
+  that parks jobs of it (it is a fact about the cluster, not about a line): from the fits
+  that failed (or a job's own count minus one), in any line, whichever is lowest. A node's
+  free capacity only grows through an event the cache records (``freed_nodes_since``), so at
+  the start of each cycle the bound grows by the copies that fit *now* on the nodes freed
+  since (a new or changed node counts too; only nodes the shape's constraints allow count;
+  counting stops once the bound reaches the biggest pod count parked of the shape in any
+  line). In the walk the bound only falls: admissions only take capacity, and every fit of
+  the shape that fails (or job of it that is known not to fit) lowers it at once, for every
+  line.
+
+  Waking is lazy and per line. At the start of a cycle, of each line's jobs of a shape whose
+  pod count the bound reaches, only the first in the line's order is picked, and it is not
+  woken: its entry is put into the walk with the job still parked (``follow``). When the
+  walk reaches that entry, the bound is read again: if it still reaches the job's count, the
+  job is woken there and visited; if not (a fit of the shape failed since, in this line or
+  another, and lowered it), the job cannot fit (the bound is an upper bound), so its visit
+  would only count it, which parking does: it stays parked and the walk goes on as if it had
+  visited it (a visit that admits nothing moves neither claims nor lines). Either way the
+  line's next job of the shape that the bound (as it is then) reaches is picked next, its
+  entry put into the walk ahead of the walk's position (all of the line's jobs of the shape
+  before it have counts above the bound, which has only fallen since they were passed). So
+  a freed node wakes a handful of jobs per shape, not per line, and not every job it might
+  help: the first line to visit one runs the fit, which sets the bound to the room it found
+  (usually below every job left, in every line).
+
+  Why a bound that stopped counting at the biggest count parked stays exact: while it is
+  above the true room, it is above every parked count, so every parked job of the shape is
+  picked and visited in turn; the first of them that fails lowers the bound to a true upper
+  bound, and if none fails, none is left parked.
 - quota: its queue refused it at a ledger version (``QuotaLedger.version``); it wakes when that
   version moves, also in the middle of a walk (after an admission or a preemption attempt):
   then the jobs the walk has not reached yet go back into it, as they would be evaluated.
@@ -36,16 +56,20 @@ What the walk would still do with a parked job, and how it is kept:
   the parked jobs behind it wake (the walk does not reach them, so they are not counted).
 - explanations: the first ``explain_budget`` evaluated jobs with a stale explanation that do
   not fit are explained, in walk order. Those among the parked are kept per line in walk order
-  ("due"); when capacity was freed (parked jobs are evaluated), the first ``budget`` due jobs
-  of each line wake before the walk. A woken due job need not spend the budget: the capacity
-  freed may let it be admitted, or its quota refuse it. So after each visit of one, the next
-  due jobs of its line wake into the walk until as many are ahead of it as the budget has left
-  (``follow``): whenever the walk reaches a due job of a line while the budget lasts, it is
-  awake, as the budget reaches exactly the jobs it would with every job visited (explained
-  jobs of a line are a prefix of its due ones); the others are parked again after their visit.
+  ("due"); when capacity was freed (parked jobs are evaluated), the first ``DUE_AHEAD`` due
+  jobs of each line (at most the budget) wake before the walk. A woken due job need not spend
+  the budget: the capacity freed may let it be admitted, or its quota refuse it. So after each
+  visit of one, the next due jobs of its line wake into the walk until as many are ahead of it
+  as the budget has left, or ``DUE_AHEAD`` (``follow``; a due job whose entry is in the walk
+  already, picked for capacity, is only woken): whenever the walk reaches a due job of a line
+  while the budget lasts, it is awake, as the budget reaches exactly the jobs it would with
+  every job visited (explained jobs of a line are a prefix of its due ones); the others are
+  parked again after their visit.
 - claim order: the walk of several lines (fair sharing) is replayed with every line's parked
   entries in place, so lines whose only jobs are parked still take their turn exactly when
   they would, and a quota job woken mid-walk is put back only if its line has not passed it.
+  A picked capacity job the walk leaves parked is passed as its visit would be (it admits
+  nothing, so no claim moves and the walk goes on in the same order).
 
 Jobs of several pod sets, of lines that preempt, with a requeue backoff or that are starved are
 never parked: they are visited as before.
@@ -189,13 +213,25 @@ class _Silent(_Record):
 
 
 @dataclass(slots=True, eq=False)
-class _Shape:
-    """The capacity-parked jobs of one pod shape and a bound on the pods of it that fit."""
+class _Bound:
+    """One pod shape (pod request and node constraints: the cycle's shape id, never reused) and
+    an upper bound on how many of its pods fit in the whole cluster now: a fact about the
+    cluster, the same in every line, so one bound serves the parked jobs of the shape in all
+    lines (a fit that fails in one line lowers it for all)."""
 
-    key: _ShapeKey
+    kind: int  # the shape id (admission/fit_memo.py)
     request: Resources
     constraints: NodeConstraints
     room: int
+    lines: dict[str, _Shape]  # per line with parked jobs of the shape, those jobs
+
+
+@dataclass(slots=True, eq=False)
+class _Shape:
+    """The capacity-parked jobs of one pod shape in one line."""
+
+    key: _ShapeKey
+    bound: _Bound
     # pod count -> how many jobs of it are parked (a count per bucket, not a dict of its jobs:
     # about a thousand shapes with a few counts each would hold that many small dicts)
     jobs: dict[int, int]
@@ -205,8 +241,8 @@ class _Shape:
     order: dict[int, list[_Capacity]]
 
 
-# (line, the cycle's shape id: pod request and node constraints): a shape is per line, so the
-# first of its jobs in walk order is the one with the smallest entry.
+# (line, the cycle's shape id): the first of a line's jobs of the shape in walk order is the
+# one with the smallest entry.
 _ShapeKey = tuple[str, int]
 
 
@@ -229,10 +265,15 @@ class Parking:
         self._cycle = 1  # the cycle running, or the next one
         self._walking = False
         self._shapes: dict[_ShapeKey, _Shape] = {}
-        self._by_constraints: dict[NodeConstraints, dict[_ShapeKey, _Shape]] = {}
-        # Jobs woken as the first of their shape the bound reaches (job -> its shape): once the
-        # walk has passed one, the next of the shape is woken (``follow``).
+        self._bounds: dict[int, _Bound] = {}  # shape id -> its bound, shared by all lines
+        self._by_constraints: dict[NodeConstraints, dict[int, _Bound]] = {}
+        # Per line and shape, the first parked job the bound reaches (job -> its line's shape):
+        # its entry is in the walk, the job still parked until the walk reaches it and finds
+        # the bound still reaching it (``follow``); then, or once the walk has passed it, the
+        # next of the shape is (``_wake_next``). And those picked before the walk, whose
+        # entries go into it when it starts.
         self._chain: dict[JobKey, _ShapeKey] = {}
+        self._probes: list[_Capacity] = []
         # Jobs woken for their explanation that the walk has not visited yet (job -> its line),
         # and how many of them each line has (``_wake_due``).
         self._explaining: dict[JobKey, str] = {}
@@ -322,6 +363,7 @@ class Parking:
         stamp.generation = generation
         stamp.cycles += 1
         self._chain.clear()  # woken jobs the walk did not reach are visited next cycle
+        self._probes.clear()
         self._explaining.clear()
         self._ahead.clear()
         self._cycle = stamp.cycles + 1
@@ -344,9 +386,9 @@ class Parking:
             pod_sets = job.pod_sets
             memo = job.shape
             if len(pod_sets) == 1 and memo is not None and memo[0] is pod_sets:
-                shape = self._shapes.get((job.queue, memo[1]))
-                if shape is not None:
-                    shape.room = min(shape.room, _bound(pod_sets[0].count, room))
+                known = self._bounds.get(memo[1])
+                if known is not None:
+                    known.room = min(known.room, _bound(pod_sets[0].count, room))
             self._pending[job.key] = (job, room, nodes_generation)
             return
         self._park_capacity(job, room, nodes_generation)
@@ -393,14 +435,20 @@ class Parking:
         entry = self.queue.entry(job)
         if entry is None:
             return False
-        key = (job.queue, memo[1])
+        kind = memo[1]
+        key = (job.queue, kind)
         shape = self._shapes.get(key)
         bound = _bound(ps.count, room)
         if shape is None:
-            shape = self._shapes[key] = _Shape(key, ps.request, ps.constraints, bound, {}, [], {})
-            self._by_constraints.setdefault(ps.constraints, {})[key] = shape
-        elif bound < shape.room:
-            shape.room = bound
+            known = self._bounds.get(kind)
+            if known is None:
+                known = self._bounds[kind] = _Bound(kind, ps.request, ps.constraints, bound, {})
+                self._by_constraints.setdefault(ps.constraints, {})[kind] = known
+            elif bound < known.room:
+                known.room = bound
+            shape = self._shapes[key] = known.lines[job.queue] = _Shape(key, known, {}, [], {})
+        elif bound < shape.bound.room:
+            shape.bound.room = bound
         record = _Capacity(job.queue, entry, self._cycle, self._stamp, shape, ps.count)
         parked = shape.jobs.get(ps.count)
         if parked is None:
@@ -532,14 +580,15 @@ class Parking:
         distinct = cache.freed_nodes_since(since, FREED_COUNT_MAX)
         if distinct is None:
             # So many nodes that counting the copies of every shape on them costs more than
-            # the fits it would spare: every bound is void, and the first job of each shape
-            # runs the fit (which sets the bound again).
-            for shape in list(self._shapes.values()):
-                shape.room = _NO_LIMIT
-                self._wake_next(shape, None)
+            # the fits it would spare: every bound is void, and the first job of each shape in
+            # each line runs the fit (which sets the bound again).
+            for known in list(self._bounds.values()):
+                known.room = _NO_LIMIT
+                for shape in list(known.lines.values()):
+                    self._wake_next(shape, None)
             return
         nodes = cache.nodes
-        for constraints, shapes in list(self._by_constraints.items()):
+        for constraints, bounds in list(self._by_constraints.items()):
             feasible = cache.feasible(constraints)
             frees = [nodes[name].free for name in distinct if name in feasible]
             if not frees:
@@ -552,38 +601,26 @@ class Parking:
                 for name, amount in free.items():
                     if amount > peak.get(name, 0):
                         peak[name] = amount
-            # Per pod shape (the same in every line that parks it): the copies these nodes
-            # hold, counted up to the most any line asked for so far (``(counted, cap)``).
-            copies: dict[int, tuple[int, int]] = {}
-            short: dict[int, bool] = {}  # per pod shape: asks more of a resource than any has
-            for shape in list(shapes.values()):
-                request = shape.request
-                kind = shape.key[1]
-                nothing = short.get(kind)
-                if nothing is None:
-                    nothing = short[kind] = any(
-                        amount > peak.get(name, 0) for name, amount in request.items()
-                    )
-                if nothing:
+            for known in list(bounds.values()):
+                request = known.request
+                if any(amount > peak.get(name, 0) for name, amount in request.items()):
                     continue
-                # Once the bound reaches the biggest pod count parked, every job of the shape
-                # may be woken: counting further would change nothing.
-                enough = shape.counts[-1] - shape.room
-                known = copies.get(kind) if enough > 0 else None
-                if known is not None and (known[0] < known[1] or known[1] >= enough):
-                    gain = min(known[0], enough)  # all there are, or at least enough
-                else:
-                    gain = 0
-                    for free in frees:
-                        gain += max_copies(request, free, enough - gain)
-                        if gain >= enough:
-                            break
-                    if enough > 0:
-                        copies[kind] = (gain, enough)
+                # Once the bound reaches the biggest pod count parked (in any line), every job
+                # of the shape may be woken: counting further would change nothing.
+                lines = known.lines
+                top = max(shape.counts[-1] for shape in lines.values())
+                enough = top - known.room
+                gain = 0
+                for free in frees:
+                    gain += max_copies(request, free, enough - gain)
+                    if gain >= enough:
+                        break
                 if gain:
-                    shape.room += gain
-                    if shape.room >= shape.counts[0]:
-                        self._wake_next(shape, None)
+                    known.room += gain
+                    room = known.room
+                    for shape in list(lines.values()):
+                        if room >= shape.counts[0]:
+                            self._wake_next(shape, None)
 
     def _quota_moved(self, ledger: QuotaLedger) -> None:
         for job, record in self._stale:
@@ -612,20 +649,24 @@ class Parking:
             self._due[record.line] = _live(due)
 
     def _wake_next(self, shape: _Shape, walk: Walk | None) -> None:
-        """Wake the first job of the shape (in walk order) whose pod count the bound reaches,
-        and only that one: its visit either admits it (then the next one may fit too: it is
-        woken once the walk has passed this one) or runs the fit, whose room tightens the bound
-        (usually below every other job of the shape). Waking every job the bound reaches would
-        visit and park again all of them after each freed node.
+        """Put the entry of the first parked job of the shape in its line (in walk order) whose
+        pod count the bound reaches into the walk, the job still parked: when the walk reaches
+        it, it is visited if the bound still reaches it (``follow``). Only that one: its visit
+        either admits it (then the next one may fit too: it is picked once the walk has passed
+        this one) or runs the fit, whose room tightens the bound (usually below every other job
+        of the shape, in every line). Waking every job the bound reaches would visit and park
+        again all of them after each freed node.
 
-        Why the first is enough: the walk has already passed every parked job of the shape
-        whose count the bound reaches that comes before it in walk order (there are none at the
-        start of a walk; in the walk, each one was woken in its turn, and a job parked during
-        the walk has a count above the bound, which only falls during a walk).
+        Why the first is enough: the walk has already passed every parked job of the shape in
+        its line whose count the bound reaches that comes before it in walk order (there are
+        none at the start of a walk; in the walk, each one was picked in its turn, and a job
+        parked during the walk has a count above the bound, which only falls during a walk).
+        Before the walk (``walk`` None), the entry goes in when the walk starts.
         """
         record: _Capacity | None = None
+        room = shape.bound.room
         for count in shape.counts:
-            if count > shape.room:
+            if count > room:
                 break
             order = shape.order[count]
             while order and not order[0].live:
@@ -636,15 +677,18 @@ class Parking:
             return
         entry = record.entry
         job = entry[-1]
-        self._unpark(job)
         self._chain[job.key] = shape.key
-        if walk is not None:
-            position = walk.position(record.line)
-            if isinstance(position, _End) or (position is not None and entry <= position):
-                # Cannot happen (see above); were it to, the job is visited next cycle.
-                log.error("parking.woken_behind_walk", job="/".join(job.key))
-                return
-            walk.insert(record.line, entry)
+        if walk is None:
+            self._probes.append(record)
+            return
+        position = walk.position(record.line)
+        if isinstance(position, _End) or (position is not None and entry <= position):
+            # Cannot happen (see above); were it to, the job wakes and is visited next cycle.
+            log.error("parking.woken_behind_walk", job="/".join(job.key))
+            del self._chain[job.key]
+            self._unpark(job)
+            return
+        walk.insert(record.line, entry)
 
     def _wake_due(self, line: str, budget: int, walk: Walk | None) -> None:
         """Wake the next due jobs of the line, in walk order, until ``budget`` (what the
@@ -663,7 +707,8 @@ class Parking:
             entry = record.entry
             job = entry[-1]
             self._unpark(job)
-            if walk is not None:
+            if walk is not None and job.key not in self._chain:
+                # (A job the bound reached has its entry in the walk already.)
                 position = walk.position(line)
                 if isinstance(position, _End) or (position is not None and entry <= position):
                     # Cannot happen (no job is made due during a walk, and the walk has not
@@ -679,13 +724,32 @@ class Parking:
     def follow(
         self, walk: Walk, jobs: Iterable[QueuedJob], budget: Callable[[], int]
     ) -> Iterator[QueuedJob]:
-        """The walk's jobs; after each one woken as the first of its shape, the next of its
-        shape the bound reaches is woken into the walk (``_wake_next``); after each one woken
-        for its explanation, the next due jobs of its line as the explanation budget left now
-        (``budget()``) requires (``_wake_due``)."""
+        """The walk's jobs. First the entries of the jobs the bound reached before the walk go
+        into it (``_wake_next``). When the walk reaches one of those still parked, the job is
+        woken and visited if the bound (shared by all lines, lowered by every fit that failed
+        since) still reaches its pod count, and left parked otherwise: it does not fit, so its
+        visit would only count it, as parking does. Either way the next job of its shape in its
+        line the bound reaches is picked in turn (after the visit, if any). After each job
+        woken for its explanation, the next due jobs of its line are woken as the explanation
+        budget left now (``budget()``) requires (``_wake_due``)."""
         chain = self._chain
         explaining = self._explaining
+        if self._probes:
+            for record in self._probes:
+                if record.live:  # (not woken since by something else: then it is in the walk)
+                    walk.insert(record.line, record.entry)
+            self._probes = []
         for job in jobs:
+            parked = job.park
+            if parked is not None:
+                # Parked: a job the bound reached (nothing else puts a parked job's entry in
+                # the walk).
+                assert isinstance(parked, _Capacity)
+                if parked.count > parked.shape.bound.room:
+                    del chain[job.key]
+                    self._wake_next(parked.shape, walk)
+                    continue
+                self._unpark(job)
             yield job
             if chain:
                 key = chain.pop(job.key, None)
@@ -737,10 +801,14 @@ class Parking:
                 shape.counts.remove(record.count)
                 if not shape.jobs:
                     del self._shapes[shape.key]
-                    shapes = self._by_constraints[shape.constraints]
-                    del shapes[shape.key]
-                    if not shapes:
-                        del self._by_constraints[shape.constraints]
+                    known = shape.bound
+                    del known.lines[record.line]
+                    if not known.lines:
+                        del self._bounds[known.kind]
+                        bounds = self._by_constraints[known.constraints]
+                        del bounds[known.kind]
+                        if not bounds:
+                            del self._by_constraints[known.constraints]
             self.capacity_parked -= 1
             if new:
                 self._new_capacity -= 1
