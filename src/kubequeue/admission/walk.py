@@ -56,7 +56,9 @@ class Walk:
     pools) before queues at or above it, then the smaller weighted dominant shares along the
     queue's path (hierarchical DRF, QuotaLedger.shares). Lines with equal claims are merged by
     their jobs' priority and age (a C-level k-way merge). Claims move only when a job is
-    admitted; then the rest of the lines are grouped again from where each one stopped.
+    admitted; then the rest of the lines are grouped again from where each one stopped (when
+    parking puts an entry back into a line of the group being merged, the group is only merged
+    again from there: no claim moved).
 
     Parked jobs (admission/parking.py) are not visited, but the walk goes through the lines as
     if they were there: a line has a turn while it has entries left, parked or not, and a line
@@ -76,7 +78,8 @@ class Walk:
         self._group: list[str] = []
         self._current: tuple[Any, ...] | None = None  # last entry of the group being merged
         self._blocked: set[str] = set()
-        self._regroup = False
+        self._regroup = False  # claims may have moved, or a line is blocked: group again
+        self._remerge = False  # an entry went into a line the merge has read ahead in
 
     def _claim(self, line: str) -> tuple[bool, tuple[float, ...]]:
         if not line:
@@ -93,14 +96,16 @@ class Walk:
 
     def __iter__(self) -> Iterator[QueuedJob]:
         lines, pos, at = self._lines, self._pos, self._at
+        group: list[str] | None = None
         while True:
-            active = [line for line in lines if line not in self._blocked and self._left(line)]
-            if not active:
-                return
-            claims = {line: self._claim(line) for line in active}
-            best = min(claims.values())
-            group = [line for line in active if claims[line] == best]
-            self._regroup = False
+            if group is None:
+                active = [line for line in lines if line not in self._blocked and self._left(line)]
+                if not active:
+                    return
+                claims = {line: self._claim(line) for line in active}
+                best = min(claims.values())
+                group = [line for line in active if claims[line] == best]
+            self._regroup = self._remerge = False
             self._group = group
             self._current = None
             if len(group) == 1:
@@ -117,18 +122,24 @@ class Walk:
                 pos[job.queue] += 1
                 self._current = entry
                 yield job
-                if self._regroup:
+                if self._regroup or self._remerge:
                     break
             else:
                 # This claim's lines are done, parked entries included.
                 for line in group:
                     at[line] = END
                 self._group = []
+                group = None
                 continue
-            # An admission (claims moved), a blocked line or a job put back: group again.
             for line in group:
                 self._at[line] = self.position(line)
             self._group = []
+            if self._regroup:
+                # An admission (claims moved) or a blocked line: group again.
+                group = None
+            # Otherwise a job put back into a line of the group: the same lines merged again
+            # from where each one stopped (no claim moved, so grouping again would give the
+            # same lines, less those gone through to their end, which add nothing).
 
     def position(self, line: str) -> Position:
         at = self._at.get(line)
@@ -139,7 +150,13 @@ class Walk:
 
     def insert(self, line: str, entry: tuple[Any, ...]) -> None:
         bisect.insort(self._lines[line], entry, lo=self._pos[line])
-        self._regroup = True
+        group = self._group
+        if len(group) > 1 and line in group:
+            # The merge has read ahead in this line: merge again from where each line stopped
+            # (claims did not move). A line walked alone reads its list by index, so it sees
+            # the entry (it is beyond the position); a line outside the group takes it up when
+            # its turn comes.
+            self._remerge = True
 
     def admitted(self) -> None:
         """Usage changed: every line's claim is judged again."""
