@@ -26,11 +26,15 @@ as something could make it otherwise. Kinds:
   Waking is lazy and per line. At the start of a cycle, of each line's jobs of a shape whose
   pod count the bound reaches, only the first in the line's order is picked, and it is not
   woken: its entry is put into the walk with the job still parked (``follow``). When the
-  walk reaches that entry, the bound is read again: if it still reaches the job's count, the
-  job is woken there and visited; if not (a fit of the shape failed since, in this line or
-  another, and lowered it), the job cannot fit (the bound is an upper bound), so its visit
-  would only count it, which parking does: it stays parked and the walk goes on as if it had
-  visited it (a visit that admits nothing moves neither claims nor lines). Either way the
+  walk reaches that entry, the bound is read again, and checked against the nodes freed: the
+  bound before this cycle's gain plus the copies that fit on those nodes *now* is an upper
+  bound too (no other node gained capacity since that bound held), and it is lower once an
+  admission took the room freed (most often the very node whose pod ended), so the bound
+  falls to it (``_reaches``). If the bound still reaches the job's count, the job is woken
+  there and visited; if not (a fit of the shape failed since, in this line or another, or
+  admissions took the room freed), the job cannot fit (the bound is an upper bound), so its
+  visit would only count it, which parking does: it stays parked and the walk goes on as if
+  it had visited it (a visit that admits nothing moves neither claims nor lines). Either way the
   line's next job of the shape that the bound (as it is then) reaches is picked next, its
   entry put into the walk ahead of the walk's position (all of the line's jobs of the shape
   before it have counts above the bound, which has only fallen since they were passed). So
@@ -41,7 +45,9 @@ as something could make it otherwise. Kinds:
   Why a bound that stopped counting at the biggest count parked stays exact: while it is
   above the true room, it is above every parked count, so every parked job of the shape is
   picked and visited in turn; the first of them that fails lowers the bound to a true upper
-  bound, and if none fails, none is left parked.
+  bound, and if none fails, none is left parked. So once a walk is over, the bound of every
+  shape with parked jobs is a true upper bound (the jobs it parked lower it further), which
+  the check against the nodes freed takes as its base.
 - quota: its queue refused it at a ledger version (``QuotaLedger.version``); it wakes when that
   version moves, also in the middle of a walk (after an admission or a preemption attempt):
   then the jobs the walk has not reached yet go back into it, as they would be evaluated.
@@ -86,7 +92,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.cache import CapacityCache, NodeState
 from kubequeue.identity import JobKey
 from kubequeue.queueing.queue import JobQueue, Parked, QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
@@ -274,6 +280,9 @@ class Parking:
         # entries go into it when it starts.
         self._chain: dict[JobKey, _ShapeKey] = {}
         self._probes: list[_Capacity] = []
+        # Per shape whose bound grew at the start of the cycle: the bound before, and the nodes
+        # freed since the last cycle that its constraints allow (``_reaches``).
+        self._gained: dict[int, tuple[int, list[NodeState]]] = {}
         # Jobs woken for their explanation that the walk has not visited yet (job -> its line),
         # and how many of them each line has (``_wake_due``).
         self._explaining: dict[JobKey, str] = {}
@@ -364,6 +373,7 @@ class Parking:
         stamp.cycles += 1
         self._chain.clear()  # woken jobs the walk did not reach are visited next cycle
         self._probes.clear()
+        self._gained.clear()
         self._explaining.clear()
         self._ahead.clear()
         self._cycle = stamp.cycles + 1
@@ -575,6 +585,8 @@ class Parking:
         the bound reaches."""
         since = self._freed_gen
         self._freed_gen = cache.freed_generation
+        gained = self._gained
+        gained.clear()
         if since is None or since == cache.freed_generation or not self._shapes:
             return
         distinct = cache.freed_nodes_since(since, FREED_COUNT_MAX)
@@ -590,15 +602,15 @@ class Parking:
         nodes = cache.nodes
         for constraints, bounds in list(self._by_constraints.items()):
             feasible = cache.feasible(constraints)
-            frees = [nodes[name].free for name in distinct if name in feasible]
-            if not frees:
+            states = [nodes[name] for name in distinct if name in feasible]
+            if not states:
                 continue
             # Per resource, the most any of these nodes has free: a shape asking more of one
             # gains nothing here, known without trying each node (most shapes, when small pods
             # end).
             peak: dict[str, int] = {}
-            for free in frees:
-                for name, amount in free.items():
+            for state in states:
+                for name, amount in state.free.items():
                     if amount > peak.get(name, 0):
                         peak[name] = amount
             for known in list(bounds.values()):
@@ -611,11 +623,12 @@ class Parking:
                 top = max(shape.counts[-1] for shape in lines.values())
                 enough = top - known.room
                 gain = 0
-                for free in frees:
-                    gain += max_copies(request, free, enough - gain)
+                for state in states:
+                    gain += max_copies(request, state.free, enough - gain)
                     if gain >= enough:
                         break
                 if gain:
+                    gained[known.kind] = (known.room, states)
                     known.room += gain
                     room = known.room
                     for shape in list(lines.values()):
@@ -734,6 +747,7 @@ class Parking:
         budget left now (``budget()``) requires (``_wake_due``)."""
         chain = self._chain
         explaining = self._explaining
+        gained = self._gained
         if self._probes:
             for record in self._probes:
                 if record.live:  # (not woken since by something else: then it is in the walk)
@@ -745,7 +759,7 @@ class Parking:
                 # Parked: a job the bound reached (nothing else puts a parked job's entry in
                 # the walk).
                 assert isinstance(parked, _Capacity)
-                if parked.count > parked.shape.bound.room:
+                if parked.count > parked.shape.bound.room or (gained and not self._reaches(parked)):
                     del chain[job.key]
                     self._wake_next(parked.shape, walk)
                     continue
@@ -762,6 +776,31 @@ class Parking:
                 if line is not None:
                     self._ahead[line] -= 1
                     self._wake_due(line, min(budget(), DUE_AHEAD), walk)
+
+    def _reaches(self, record: _Capacity) -> bool:
+        """Whether the job's shape may still have room for its pods, as far as the nodes freed
+        since the last cycle tell (its bound reaches its count: see ``follow``). The bound grew
+        at the start by the copies that fitted on them then; admissions since may have taken
+        that room (usually the very node whose pod ended). The bound before the gain, plus the
+        copies that fit on those nodes *now*, is also an upper bound (the other nodes have only
+        lost capacity since it was established): if it falls short of the count, the job does
+        not fit, and the bound falls to it."""
+        known = record.shape.bound
+        gained = self._gained.get(known.kind)
+        if gained is None:
+            return True
+        base, states = gained
+        need = record.count - base
+        if need <= 0:
+            return True
+        request = known.request
+        got = 0
+        for state in states:
+            got += max_copies(request, state.free, need - got)
+            if got >= need:
+                return True
+        known.room = base + got  # below the count, which the bound reached
+        return False
 
     def _wake_all(self) -> None:
         for jobs in list(self._lines.values()):
