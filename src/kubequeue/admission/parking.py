@@ -40,7 +40,9 @@ as something could make it otherwise. Kinds:
   before it have counts above the bound, which has only fallen since they were passed). So
   a freed node wakes a handful of jobs per shape, not per line, and not every job it might
   help: the first line to visit one runs the fit, which sets the bound to the room it found
-  (usually below every job left, in every line).
+  (usually below every job left, in every line). (When too many nodes were freed to count,
+  every bound is void; the job picked of a shape that only one line parks is then woken at
+  once, as it would be visited anyway: that is cheaper than putting it into the walk.)
 
   Why a bound that stopped counting at the biggest count parked stays exact: while it is
   above the true room, it is above every parked count, so every parked job of the shape is
@@ -594,10 +596,15 @@ class Parking:
             # So many nodes that counting the copies of every shape on them costs more than
             # the fits it would spare: every bound is void, and the first job of each shape in
             # each line runs the fit (which sets the bound again).
+            # Nothing can be checked against the freed nodes then (``_reaches``): unless other
+            # lines share the shape (whose failed fits would lower its bound first), the job
+            # picked would be visited in any case, and is woken at once (cheaper: it goes into
+            # the walk's snapshot instead of being put into it).
             for known in list(self._bounds.values()):
                 known.room = _NO_LIMIT
+                shared = len(known.lines) > 1
                 for shape in list(known.lines.values()):
-                    self._wake_next(shape, None)
+                    self._wake_next(shape, None, lazy=shared)
             return
         nodes = cache.nodes
         for constraints, bounds in list(self._by_constraints.items()):
@@ -661,7 +668,7 @@ class Parking:
         if len(due) > COMPACT_FACTOR * self.capacity_parked + COMPACT_SLACK:
             self._due[record.line] = _live(due)
 
-    def _wake_next(self, shape: _Shape, walk: Walk | None) -> None:
+    def _wake_next(self, shape: _Shape, walk: Walk | None, *, lazy: bool = True) -> None:
         """Put the entry of the first parked job of the shape in its line (in walk order) whose
         pod count the bound reaches into the walk, the job still parked: when the walk reaches
         it, it is visited if the bound still reaches it (``follow``). Only that one: its visit
@@ -674,7 +681,8 @@ class Parking:
         its line whose count the bound reaches that comes before it in walk order (there are
         none at the start of a walk; in the walk, each one was picked in its turn, and a job
         parked during the walk has a count above the bound, which only falls during a walk).
-        Before the walk (``walk`` None), the entry goes in when the walk starts.
+        Before the walk (``walk`` None), the entry goes in when the walk starts; or, not
+        ``lazy``, the job is woken at once (as a job woken for a visit it will have anyway).
         """
         record: _Capacity | None = None
         room = shape.bound.room
@@ -692,7 +700,10 @@ class Parking:
         job = entry[-1]
         self._chain[job.key] = shape.key
         if walk is None:
-            self._probes.append(record)
+            if lazy:
+                self._probes.append(record)
+            else:
+                self._unpark(job)
             return
         position = walk.position(record.line)
         if isinstance(position, _End) or (position is not None and entry <= position):
