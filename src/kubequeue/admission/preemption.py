@@ -71,6 +71,13 @@ def _info(candidate: Candidate) -> tuple[AdmittedJob, str]:
     return info[0], info[1]
 
 
+def _lender(candidate: Candidate) -> str:
+    """The queue (the candidate's or an ancestor's) whose borrowing a reclaim takes it from."""
+    info = candidate.info
+    assert isinstance(info, tuple)
+    return str(info[2])
+
+
 def _cost(job: AdmittedJob) -> tuple[int, float, int, int]:
     demand = job.demand
     return (job.priority, -job.admitted_epoch, demand.get(GPU, 0), demand.get("cpu", 0))
@@ -112,22 +119,21 @@ def plan_preemption(
         if admitted.key == job.key:
             continue
         why = ""
+        lender: str | None = None
         if policy.lower_priority and admitted.queue == queue and admitted.priority < job.priority:
             why = "priority"
-        elif (
-            reclaiming
-            and admitted.queue != queue
-            and root is not None
-            and admitted.queue in ledger.tree.nodes
-            and ledger.tree.nodes[admitted.queue].root == root
-            and any(ledger.borrowed(admitted.queue).get(res, 0) > 0 for res in wanted)
-        ):
-            why = "reclaim"
+        elif reclaiming and admitted.queue != queue and root is not None:
+            lender = ledger.lender(admitted.queue, queue, demand)
+            if lender is not None and any(
+                ledger.borrowed(lender).get(res, 0) > 0 for res in wanted
+            ):
+                why = "reclaim"
         if not why:
             continue
         footprint = {n: r for n, r in tracker.footprint(admitted.key).items() if n in feasible}
         if footprint:
-            candidates.append(Candidate(admitted.key, footprint, (admitted, why)))
+            info = (admitted, why, lender if why == "reclaim" else "")
+            candidates.append(Candidate(admitted.key, footprint, info))
     if not candidates and not tracker.leaving_somewhere():
         return None
 
@@ -135,17 +141,21 @@ def plan_preemption(
         admitted, why = _info(candidate)
         if why != "reclaim":
             return True
-        # Take from a queue only while it is still above its min in what the job needs. A
-        # job holding none of what its queue borrowed spends nothing of that: it is taken when
-        # the room it holds is needed beside the borrowed capacity (its CPU next to a borrowed
-        # GPU), whatever was taken before it, so the choice does not depend on the cost order.
-        borrowed = ledger.borrowed(admitted.queue)
+        # Take from a queue (the subtree that lent: the candidate's queue or an ancestor
+        # beside the job's path) only while it is still above its min in what the job needs.
+        # A job holding none of what its subtree borrowed spends nothing of that: it is taken
+        # when the room it holds is needed beside the borrowed capacity (its CPU next to a
+        # borrowed GPU), whatever was taken before it, so the choice does not depend on the
+        # cost order. The last job taken may hold more than was left borrowed (jobs are
+        # stopped whole): the subtree can end below its min by less than that job.
+        lender = _lender(candidate)
+        borrowed = ledger.borrowed(lender)
         if not any(admitted.demand.get(res, 0) for res in borrowed):
             return True
         gone: Resources = {}
         for c in chosen:
-            other, _ = _info(c)
-            if other.queue == admitted.queue:
+            other, why_other = _info(c)
+            if why_other == "reclaim" and _lender(c) == lender:
                 for res, amount in other.demand.items():
                     gone[res] = gone.get(res, 0) + amount
         return any(borrowed.get(res, 0) - gone.get(res, 0) > 0 for res in wanted)

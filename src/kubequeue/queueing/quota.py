@@ -11,8 +11,16 @@ Rules (resource by resource, for the resources the job requests; docs/queues.md 
    within its effective min (a queue may always use up to its guarantee); if none does, the
    root's pool (the tree's total guarantee) must still have room: the job borrows what other
    queues' guarantees leave unused.
-3. A resource no queue on the path names is not limited by the tree, even where a sibling
+3. A job that goes above its own queue's min must leave, under every ``max`` on its path, room
+   for the guarantees not yet used below that max, counted hierarchically (``_reserves``): a
+   guarantee set on a parent queue is kept for its subtree as surely as a leaf's.
+4. A resource no queue on the path names is not limited by the tree, even where a sibling
    guarantees it: it never counts as borrowed, nor in the queue's fair share.
+
+A job *borrows* (recorded on it, ordered after jobs that do not, never reclaims) when some queue
+on its path cannot cover it from guarantee that is neither used nor kept for the queues beside
+its path: a team under a department whose guarantee is unused stays within guarantee even
+though the team names no min of its own.
 
 Usage is the admitted jobs' demand, all pods of every pod set (the same arithmetic as the fit,
 ``pods`` included, so a ``pods`` quota counts pods), charged to the queue a job was admitted
@@ -64,6 +72,8 @@ class QuotaLedger:
         # verdict for a queue stays valid while its root's version does (the cycle memoises).
         self.versions: dict[str, int] = {}
         self.epoch = 0  # moves when the tree itself is replaced
+        # (root, resource) -> (usage version, epoch, per queue (reserve, children's reserves))
+        self._reserve_memo: dict[tuple[str, str], tuple[int, int, dict[str, tuple[int, int]]]] = {}
 
     # ----------------------------------------------------------------- bookkeeping
     def set_tree(self, tree: QueueTree) -> None:
@@ -184,7 +194,7 @@ class QuotaLedger:
                         cause=f"queue {name} is at its max {res}",
                     )
                 if own.get(res, 0) + need > node.emin.get(res, 0):
-                    kept = self._unused_guarantees(name, res, queue, need)
+                    kept = self._kept_under(name, res, node, need)
                     if kept and after + kept > limit:
                         return Verdict(
                             False,
@@ -209,13 +219,12 @@ class QuotaLedger:
         queue = node.name
         pool = self.tree.pools.get(node.root, {})
         named = self._named_used
-        own = named.get(queue, {})
         borrowing = False
         for res, total in pool.items():
             need = demand.get(res, 0)
             if not need or res not in node.named:
                 continue
-            if own.get(res, 0) + need > node.emin.get(res, 0):
+            if not borrowing and need > self._room(node, res):
                 borrowing = True
             covered = False
             for name in reversed(node.path):
@@ -263,42 +272,176 @@ class QuotaLedger:
                 )
         return ""
 
-    def _unused_guarantees(self, under: str, res: str, queue: str, need: int) -> int:
-        """Guaranteed ``res`` not yet used by the leaf queues below ``under``, as it would be
-        after ``queue`` takes ``need`` more."""
+    # ----------------------------------------------------------------- guarantees kept
+    def _reserves(self, root: str, res: str) -> dict[str, tuple[int, int]]:
+        """Per queue of the tree: (its reserve, the sum of its children's reserves) in ``res``.
+
+        A queue's *reserve* is the guarantee that must stay reachable below it: for a queue
+        that names ``res`` in its own min, the larger of what is left of its min and what its
+        children keep (their guarantees may be used unevenly: a child over its min does not
+        give a sibling's guarantee away); for any other queue, what its children keep. Each
+        guarantee is so counted once, at the highest queue that names it, and never twice. An
+        unusable queue keeps nothing (it takes no jobs until it is fixed). Memoised on the
+        tree's usage version."""
+        key = (root, res)
+        version = self.versions.get(root, 0)
+        found = self._reserve_memo.get(key)
+        if found is not None and found[0] == version and found[1] == self.epoch:
+            return found[2]
         nodes = self.tree.nodes
-        used = self._used
-        total = 0
-        for leaf in nodes[under].leaves:
-            have = used.get(leaf, {}).get(res, 0) + (need if leaf == queue else 0)
-            unused = nodes[leaf].emin.get(res, 0) - have
-            if unused > 0:
-                total += unused
-        return total
+        named = self._named_used
+        out: dict[str, tuple[int, int]] = {}
+
+        def walk(name: str, depth: int) -> int:
+            node = nodes[name]
+            below = 0
+            if depth < 64:
+                for child in node.children:
+                    below += walk(child, depth + 1)
+            if node.unusable is not None:
+                own = 0
+            elif res in node.spec.guaranteed:
+                left = node.emin.get(res, 0) - named.get(name, {}).get(res, 0)
+                own = max(left, below, 0)
+            else:
+                own = below
+            out[name] = (own, below)
+            return own
+
+        if root in nodes:
+            walk(root, 0)
+        self._reserve_memo[key] = (version, self.epoch, out)
+        return out
+
+    def _kept_under(self, under: str, res: str, node: QueueNode, need: int) -> int:
+        """Guarantee below ``under`` (its children's reserves) still to be kept for others once
+        ``node`` takes ``need`` more of ``res``: the job's own path keeps only what is left of
+        its guarantees after it."""
+        reserves = self._reserves(node.root, res)
+        nodes = self.tree.nodes
+        named = self._named_used
+        after = 0  # the reserve of the path queue just below, once the job is admitted
+        child = ""
+        for name in reversed(node.path):
+            member = nodes[name]
+            if name == under:
+                _, below = reserves[name]
+                return below - reserves[child][0] + after if child else below
+            _, below = reserves[name]
+            if child:
+                below = below - reserves[child][0] + after
+            if member.unusable is not None:
+                after = 0
+            elif res in member.spec.guaranteed:
+                used = named.get(name, {}).get(res, 0) + need
+                after = max(member.emin.get(res, 0) - used, below, 0)
+            else:
+                after = below
+            child = name
+        return 0
+
+    def _room(self, node: QueueNode, res: str) -> int:
+        """The most of ``res`` a job of ``node`` can take within guarantee: the best, over the
+        queues A on its path, of A's effective min less A's usage and less what the queues
+        beside the path below A keep (their reserves). Above it the job borrows."""
+        reserves = self._reserves(node.root, res)
+        nodes = self.tree.nodes
+        named = self._named_used
+        best: int | None = None
+        beside = 0
+        child = ""
+        for name in reversed(node.path):
+            if child:
+                beside += reserves[name][1] - reserves[child][0]
+            room = nodes[name].emin.get(res, 0) - named.get(name, {}).get(res, 0) - beside
+            if best is None or room > best:
+                best = room
+            child = name
+        return best if best is not None else 0
+
+    def within_levels(self, queue: str, demand: Mapping[str, int]) -> dict[str, int] | None:
+        """For a job that stays within guarantee: per pooled resource it asks for, the depth
+        (0: the root) of the lowest queue on its path whose guarantee covers it. A reclaim may
+        take back only what was borrowed from above that queue. None when the job borrows."""
+        node = self.tree.nodes.get(queue)
+        if node is None:
+            return {}
+        out: dict[str, int] = {}
+        nodes = self.tree.nodes
+        named = self._named_used
+        for res in self.tree.pools.get(node.root, ()):
+            need = demand.get(res, 0)
+            if not need or res not in node.named:
+                continue
+            reserves = self._reserves(node.root, res)
+            beside = 0
+            child = ""
+            level = -1
+            for depth in range(len(node.path) - 1, -1, -1):
+                name = node.path[depth]
+                if child:
+                    beside += reserves[name][1] - reserves[child][0]
+                used = named.get(name, {}).get(res, 0)
+                if used + need + beside <= nodes[name].emin.get(res, 0):
+                    level = depth
+                    break
+                child = name
+            if level < 0:
+                return None
+            out[res] = level
+        return out
+
+    def lender(self, victim_queue: str, queue: str, demand: Mapping[str, int]) -> str | None:
+        """The queue whose borrowing a reclaim by a job of ``queue`` may take back from a job
+        of ``victim_queue``: the child, on the victim's side, of the two queues' lowest common
+        ancestor, if that subtree is above its min in a resource the job needs and the common
+        ancestor is above the queue whose guarantee covers the job (below it, the job's
+        guarantee is not what the victim's subtree used). None: not reclaimable for this job."""
+        nodes = self.tree.nodes
+        mine = nodes.get(queue)
+        theirs = nodes.get(victim_queue)
+        if mine is None or theirs is None or mine.root != theirs.root or queue == victim_queue:
+            return None
+        levels = self.within_levels(queue, demand)
+        if not levels:
+            return None
+        common = 0
+        while (
+            common + 1 < len(mine.path)
+            and common + 1 < len(theirs.path)
+            and mine.path[common + 1] == theirs.path[common + 1]
+        ):
+            common += 1
+        if common + 1 >= len(theirs.path):
+            return None  # the victim's queue is an ancestor of the job's (cannot hold jobs)
+        side = theirs.path[common + 1]
+        borrowed = self.borrowed(side)
+        for res, level in levels.items():
+            if common < level and borrowed.get(res, 0) > 0:
+                return side
+        return None
 
     def needs_to_borrow(self, queue: str, demand: Mapping[str, int]) -> bool:
-        """Would admitting ``demand`` take ``queue`` above its effective min in any pooled
-        resource its path names? (Cheap; orders queues: jobs within their guarantee go first.)"""
+        """Would admitting ``demand`` into ``queue`` take guarantee that is not its path's to
+        take, in some pooled resource its path names (``_room``)? Jobs that do not go first."""
         node = self.tree.nodes.get(queue)
         if node is None:
             return False
-        own = self._named_used.get(queue, {})
         for res in self.tree.pools.get(node.root, ()):
             need = demand.get(res, 0)
-            if need and res in node.named and own.get(res, 0) + need > node.emin.get(res, 0):
+            if need and res in node.named and need > self._room(node, res):
                 return True
         return False
 
     def guarantee_room(self, queue: str) -> tuple[tuple[str, int], ...]:
-        """(resource, what is left of the queue's effective min) for each resource its tree
-        pools and its path names: a demand above that in any of them borrows
-        (``needs_to_borrow``, precomputed for the many jobs of one queue)."""
+        """(resource, ``_room``) for each resource its tree pools and its path names: a demand
+        above that in any of them borrows (``needs_to_borrow``, precomputed for the many jobs
+        of one queue)."""
         node = self.tree.nodes.get(queue)
         if node is None:
             return ()
-        own = self._named_used.get(queue, {})
         return tuple(
-            (res, node.emin.get(res, 0) - own.get(res, 0))
+            (res, self._room(node, res))
             for res in self.tree.pools.get(node.root, ())
             if res in node.named
         )
