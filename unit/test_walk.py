@@ -91,3 +91,129 @@ def test_entries_put_back_are_visited_in_order(
         if entry[-1].park is None
     ]
     assert [job.key for job in visited] == [job.key for job in expected]
+
+
+# ------------------------------------------------ claims per head (issue 30, item 2)
+GPU = "nvidia.com/gpu"
+
+
+class _Rooms(_Claims):
+    """A fixed share and guarantee room per line: a head asking more GPUs than its line's room
+    would borrow."""
+
+    def __init__(self, shares: dict[str, float], rooms: dict[str, int]) -> None:
+        super().__init__(shares)
+        self._rooms = rooms
+
+    def guarantee_room(self, line: str) -> tuple[tuple[str, int], ...]:
+        return ((GPU, self._rooms[line]),)
+
+
+heads_st = st.lists(  # per job: (second created, gpus, parked)
+    st.tuples(st.integers(0, 59), st.integers(0, 4), st.booleans()), min_size=1, max_size=10
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(heads_st, st.sampled_from([0.0, 0.0, 0.5]), st.integers(-1, 4)),
+        min_size=2,
+        max_size=4,
+    )
+)
+def test_the_line_whose_head_has_the_best_claim_goes_next_parked_heads_included(
+    spec: list[tuple[list[tuple[int, int, bool]], float, int]],
+) -> None:
+    """docs/queues.md, "Who goes first": the head (first job not gone through, parked or not)
+    that stays within its queue's guarantee goes before a head that would borrow, then smaller
+    shares, then the head's own order. Parked jobs are not visited, but where they head their
+    line they decide its claim, exactly as if the walk visited them (a brute force over every
+    entry, picking the best head each step, is the reference)."""
+    queue = JobQueue()
+    queue.classify_by([GPU])
+    shares: dict[str, float] = {}
+    rooms: dict[str, int] = {}
+    for i, (jobs, share, room) in enumerate(spec):
+        line = f"q{i}"
+        shares[line], rooms[line] = share, room * 1000
+        for k, (second, gpus, parked) in enumerate(jobs):
+            job = QueuedJob(
+                key=("Job", line, f"j{k}"),
+                uid=f"{line}-{k}",
+                resource_version="1",
+                priority=0,
+                created=f"2026-01-01T00:00:{second:02d}Z",
+                queue=line,
+                _demand={GPU: gpus * 1000} if gpus else {},
+            )
+            queue.upsert(job)
+            if parked:
+                queue.park(job, Parked())
+    lines = queue.lines()
+    visited = [job.key for job in Walk(queue, lines, _Rooms(shares, rooms))]  # type: ignore[arg-type]
+
+    def claim(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+        job = entry[-1]
+        need = job.demand.get(GPU, 0)
+        return (bool(need) and need > rooms[job.queue], shares[job.queue], entry[:-1])
+
+    heads = {line: queue.entries(line) for line in lines}
+    expected = []
+    while any(heads.values()):
+        best = min((entries[0] for entries in heads.values() if entries), key=claim)
+        heads[best[-1].queue].pop(0)
+        if best[-1].park is None:
+            expected.append(best[-1].key)
+    assert visited == expected
+
+
+def test_a_head_within_its_queue_s_guarantee_goes_before_an_older_head_that_would_borrow() -> None:
+    """The issue's case: team-a used 6 of its min 8 and its older head needs 4 (it would
+    borrow); team-b used 4 of its 8 and its head needs 2. Both queues have guarantee left and
+    equal shares, so the per-queue claim sent team-a's head first; per head, team-b's goes.
+    And a head asking only CPU (which its path does not limit) from a queue at its GPU min
+    does not borrow: it goes before a head that really borrows."""
+    from kubequeue.queueing.quota import QuotaLedger
+    from kubequeue.queueing.spec import parse_queue
+    from kubequeue.queueing.tree import QueueTree
+
+    def spec(name: str, **kw: Any) -> Any:
+        return parse_queue({"metadata": {"name": name}, "spec": kw})
+
+    ledger = QuotaLedger(
+        QueueTree(
+            [
+                spec("research"),
+                spec("team-a", parent="research", quota={"min": {GPU: 8}}),
+                spec("team-b", parent="research", quota={"min": {GPU: 8}}),
+                spec("team-c", parent="research", quota={"min": {GPU: 2}}),
+            ]
+        )
+    )
+    ledger.charge(("Job", "a", "run"), "team-a", {GPU: 6000})
+    ledger.charge(("Job", "b", "run"), "team-b", {GPU: 4000})
+    ledger.charge(("Job", "c", "run"), "team-c", {GPU: 2000})
+    queue = JobQueue()
+    queue.classify_by([GPU])
+    for line, name, second, demand in (
+        ("team-a", "a-head", 1, {GPU: 4000}),
+        ("team-b", "b-head", 2, {GPU: 2000}),
+        ("team-c", "c-cpu", 3, {"cpu": 4000}),
+        ("team-c", "c-gpu", 4, {GPU: 1000}),
+    ):
+        queue.upsert(
+            QueuedJob(
+                key=("Job", line, name),
+                uid=name,
+                resource_version="1",
+                priority=0,
+                created=f"2026-01-01T00:00:{second:02d}Z",
+                queue=line,
+                _demand=demand,
+            )
+        )
+    order = [job.key[2] for job in Walk(queue, queue.lines(), ledger)]
+    # team-c's CPU head is within (cpu is not limited), ahead of every borrowing head; then
+    # b-head (within); then the borrowers by share (equal: 0) and age.
+    assert order == ["b-head", "c-cpu", "a-head", "c-gpu"]

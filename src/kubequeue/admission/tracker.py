@@ -522,6 +522,8 @@ class JobTracker:
         they would be assigned now."""
         self.ledger.set_tree(QueueTree(specs))
         tree = self.ledger.tree
+        # The walk asks which queued jobs would borrow: that depends on the pooled resources.
+        self.queue.classify_by(sorted({res for pool in tree.pools.values() for res in pool}))
         if tree:
             for job in self.admitted.values():
                 if not job.queue:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kubequeue.admission.parking import END, Position
@@ -69,6 +69,10 @@ class Walk:
 
     def __init__(self, queue: JobQueue, lines: Sequence[str], ledger: QuotaLedger) -> None:
         self._ledger = ledger
+        self._queue = queue
+        # Per line of the group being merged, its first entry further on (parked or not) whose
+        # head would claim otherwise (borrow or not), or None: the merge stops there.
+        self._markers: dict[str, tuple[Any, ...] | None] = {}
         # Snapshots of each line's unparked entries ((*order key, job)); the cycle removes jobs
         # from the queue while it walks. And each line's last entry, parked or not.
         self._lines = {line: queue.active(line) for line in lines}
@@ -82,11 +86,30 @@ class Walk:
         self._remerge = False  # an entry went into a line the merge has read ahead in
 
     def _claim(self, line: str) -> tuple[bool, tuple[float, ...]]:
+        """The claim of a line's head (its first entry not gone through, parked or not): whether
+        it would borrow, then its queue's shares. Also notes, for the group this line may join,
+        the first entry further on whose answer differs (``_markers``): there its claim changes.
+        """
         if not line:
             return False, (0.0,)
         ledger = self._ledger
-        at_guarantee = any(left <= 0 for _, left in ledger.guarantee_room(line))
-        return at_guarantee, ledger.shares(line)
+        queue = self._queue
+        room = dict(ledger.guarantee_room(line))
+        at = self._at[line]
+        head = queue.after(line, at)
+        borrows = False
+        marker: tuple[Any, ...] | None = None
+        if head is not None and room:
+            index = [(i, room[res]) for i, res in enumerate(queue.class_resources) if res in room]
+            borrows = _borrows(head[-1].demand, room)
+            for signature, entries in queue.classes(line).items():
+                if any(signature[i] > 0 and signature[i] > left for i, left in index) == borrows:
+                    continue
+                found = 0 if at is None else entries.bisect_right(at)
+                if found < len(entries) and (marker is None or entries[found] < marker):
+                    marker = entries[found]
+        self._markers[line] = marker
+        return borrows, ledger.shares(line)
 
     def _left(self, line: str) -> bool:
         """Entries left in the line, parked or not."""
@@ -108,16 +131,30 @@ class Walk:
             self._regroup = self._remerge = False
             self._group = group
             self._current = None
-            if len(group) == 1:
-                merged: Iterator[tuple[Any, ...]] = itertools.islice(
-                    lines[group[0]], pos[group[0]], None
-                )
-            else:
-                merged = heapq.merge(
-                    *(itertools.islice(lines[line], pos[line], None) for line in group)
-                )
+            markers = self._markers
+            streams = [self._stream(line, markers.get(line)) for line in group]
+            stops = sorted(
+                (*last[:-1], _TOP)
+                for line in group
+                if (marker := markers.get(line)) is not None
+                and (last := self._queue.before(line, marker)) is not None
+            )
+            if stops:
+                # Once a line has gone through the entry before its marker (parked or not),
+                # its head claims otherwise: the merge stops just after that entry and the
+                # lines are grouped again, each having gone through every entry up to it.
+                streams.append(iter(stops))
+            merged: Iterator[tuple[Any, ...]] = (
+                streams[0] if len(streams) == 1 else heapq.merge(*streams)
+            )
             entry: tuple[Any, ...] | None = None
             for entry in merged:
+                if entry[-1] is _TOP:
+                    for line in group:
+                        self._at[line] = _later(self.position(line), entry)
+                    self._current = None
+                    self._regroup = True
+                    break
                 job: QueuedJob = entry[-1]
                 pos[job.queue] += 1
                 self._current = entry
@@ -131,8 +168,9 @@ class Walk:
                 self._group = []
                 group = None
                 continue
-            for line in group:
-                self._at[line] = self.position(line)
+            if self._current is not None:
+                for line in group:
+                    self._at[line] = self.position(line)
             self._group = []
             if self._regroup:
                 # An admission (claims moved) or a blocked line: group again.
@@ -140,6 +178,14 @@ class Walk:
             # Otherwise a job put back into a line of the group: the same lines merged again
             # from where each one stopped (no claim moved, so grouping again would give the
             # same lines, less those gone through to their end, which add nothing).
+
+    def _stream(self, line: str, marker: tuple[Any, ...] | None) -> Iterator[tuple[Any, ...]]:
+        """A line's unvisited entries from where it stopped, up to its marker (excluded). A
+        list is read by index, so entries put into it after the position are seen."""
+        entries = itertools.islice(self._lines[line], self._pos[line], None)
+        if marker is None:
+            return entries
+        return itertools.takewhile(marker.__gt__, entries)
 
     def position(self, line: str) -> Position:
         at = self._at.get(line)
@@ -166,3 +212,40 @@ class Walk:
         """The rest of this line waits for the next cycle."""
         self._blocked.add(line)
         self._regroup = True
+
+
+def _borrows(demand: Mapping[str, int], room: Mapping[str, int]) -> bool:
+    """Whether a job asking ``demand`` would go beyond the guarantee left to it (``room``, per
+    resource its queue's tree pools and its path names: QuotaLedger.guarantee_room)."""
+    for res, left in room.items():
+        need = demand.get(res, 0)
+        if need and need > left:
+            return True
+    return False
+
+
+class _Top:
+    """Sorts after any job: ``(*key, _TOP)`` comes right after the entry of that key."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return other is self
+
+    def __gt__(self, other: object) -> bool:
+        return other is not self
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+
+_TOP = _Top()
+
+
+def _later(at: Position, key: tuple[Any, ...]) -> Position:
+    """The further of a line's position and ``key``: ``(*an entry's key, _TOP)``, which sorts
+    right after that entry and before the next (the walk has gone through the entry)."""
+    if at is END:
+        return at
+    return key if at is None or at < key else at  # type: ignore[operator]

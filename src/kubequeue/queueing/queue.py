@@ -152,6 +152,13 @@ class JobQueue:
         # Told when a job already queued is handed in again or removed, parked or not (a park
         # decided but not made yet must not be made for what changed).
         self.on_change: Callable[[JobKey], None] | None = None
+        # Per line, its entries (parked or not) by demand class: the job's demand in
+        # ``_class_resources`` (the resources Queue trees pool). Whether a job would borrow
+        # depends on its demand only in those, so the multi-queue walk finds where in a line
+        # that answer changes without reading every job (admission/walk.py). Kept only while
+        # some tree pools a resource.
+        self._class_resources: tuple[str, ...] = ()
+        self._classes: dict[str, dict[tuple[int, ...], SortedList]] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -184,6 +191,8 @@ class JobQueue:
         ordered.add(entry)
         self._active[line].add(entry)
         self._jobs[job.key] = (entry, line)
+        if self._class_resources:
+            self._classed(entry, line).add(entry)
 
     def remove(self, key: JobKey) -> QueuedJob | None:
         old = self._jobs.get(key)
@@ -203,6 +212,8 @@ class JobQueue:
         ordered = self._lines[line]
         ordered.remove(entry)
         self._active[line].discard(entry)
+        if self._class_resources:
+            self._classed(entry, line).discard(entry)
         leaving = self._leaving.get(line)
         if leaving is not None:
             leaving.discard(entry[-1].key)
@@ -210,6 +221,53 @@ class JobQueue:
             del self._lines[line]
             del self._active[line]
             self._leaving.pop(line, None)
+            self._classes.pop(line, None)
+
+    # ----------------------------------------------------------------- demand classes
+    def classify_by(self, resources: Sequence[str]) -> None:
+        """Keep every line's entries by their demand in ``resources`` (none: keep nothing)."""
+        wanted = tuple(resources)
+        if wanted == self._class_resources:
+            return
+        self._class_resources = wanted
+        self._classes = {}
+        if wanted:
+            for entry, line in self._jobs.values():
+                self._classed(entry, line).add(entry)
+
+    def _classed(self, entry: tuple[Any, ...], line: str) -> SortedList:
+        demand = entry[-1].demand
+        signature = tuple(demand.get(res, 0) for res in self._class_resources)
+        by_class = self._classes.setdefault(line, {})
+        found = by_class.get(signature)
+        if found is None:
+            found = by_class[signature] = SortedList()
+        return found
+
+    @property
+    def class_resources(self) -> tuple[str, ...]:
+        return self._class_resources
+
+    def classes(self, line: str) -> Mapping[tuple[int, ...], SortedList]:
+        """A line's entries, parked or not, by demand class (``classify_by``)."""
+        return self._classes.get(line, {})
+
+    def after(self, line: str, position: Any) -> tuple[Any, ...] | None:
+        """The first entry of a line, parked or not, after ``position`` (None: from the start;
+        an entry, or a key that sorts just before one)."""
+        found = self._lines.get(line)
+        if not found:
+            return None
+        index = 0 if position is None else found.bisect_right(position)
+        return found[index] if index < len(found) else None
+
+    def before(self, line: str, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """The entry of a line, parked or not, just before ``entry`` (None: it is the first)."""
+        found = self._lines.get(line)
+        if not found:
+            return None
+        index = found.bisect_left(entry)
+        return found[index - 1] if index > 0 else None
 
     # ----------------------------------------------------------------- parking
     def park(self, job: QueuedJob, record: Parked) -> None:
