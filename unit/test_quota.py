@@ -133,6 +133,32 @@ def test_fair_share_prefers_the_queue_furthest_below_its_share() -> None:
     assert weighted.shares("heavy") < weighted.shares("light"), "weight 2 halves the share"
 
 
+def test_separate_trees_compare_from_their_roots_and_missing_levels_count_zero() -> None:
+    """Issue 30, item 3: trees lend nothing to each other, so between them the root's own share
+    (how far the tree is above its whole guarantee) comes first; a queue that is a tree by
+    itself is compared level by level with zeros below it, so an exact tie is left to the heads'
+    priority and age (a shorter tuple used to win every tie)."""
+    q = ledger(
+        queue("x", quota={"min": {GPU: 4}}),
+        queue("xa", parent="x", quota={"min": {GPU: 2}}),
+        queue("xb", parent="x", quota={"min": {GPU: 2}}),
+        queue("y", quota={"min": {GPU: 4}}),
+        queue("ya", parent="y", quota={"min": {GPU: 1}}),
+        queue("yb", parent="y", quota={"min": {GPU: 3}}),
+        queue("solo", quota={"min": {GPU: 4}}),
+    )
+    # Tree x is 2 GPUs above its whole guarantee (xa 4 over its 2, xb at its 2): its leaves go
+    # after tree y's, whose leaf ya is further above its own min (3 of a pool of 4) but whose
+    # tree as a whole is within its guarantee.
+    q.charge(("Job", "x", "1"), "xa", gpus(4))
+    q.charge(("Job", "x", "2"), "xb", gpus(2))
+    q.charge(("Job", "y", "1"), "ya", gpus(4))
+    assert q.shares("xa") == (0.5, 0.5) and q.shares("ya") == (0.0, 0.75)
+    assert q.shares("ya") < q.shares("xa")
+    assert q.shares("solo") == (0.0, 0.0) == q.shares("yb")
+    assert q.tree.depth == 2
+
+
 def test_a_new_tree_reaggregates_admitted_jobs() -> None:
     q = two_teams()
     q.charge(("Job", "a", "a1"), "team-a", gpus(4))
@@ -185,7 +211,7 @@ def test_a_sibling_s_unlimited_usage_does_not_eat_what_another_may_borrow() -> N
     assert borrow.allowed and borrow.borrowing, "team-c's idle guarantee is lent"
     q.charge(("Job", "a", "a2"), "team-a", cpus(100))
     assert q.borrowed("team-a") == {"cpu": 100_000}
-    assert q.shares("research") == (0.0,), "team-b's CPU is not the tree's borrowing"
+    assert q.shares("research") == (0.0, 0.0), "team-b's CPU is not the tree's borrowing"
     assert q.check("team-c", cpus(100)).allowed
 
 

@@ -449,9 +449,12 @@ class QuotaLedger:
     def shares(self, queue: str) -> tuple[float, ...]:
         """Weighted dominant shares along the queue's path, root first (hierarchical DRF):
         share(A) = max over pooled resources of (A's usage above its effective min) / (the
-        tree's pool of that resource), divided by A's weight. Comparing these tuples picks the
-        child of the root with the smallest share first, then the smallest within it, and so on.
-        Usage is the named tally: what no limit on a queue's path covers is nobody's borrowing.
+        tree's pool of that resource), divided by A's weight (a pool of 0 lends nothing and
+        counts 0). Comparing these tuples picks the tree whose root is least above its whole
+        guarantee first (separate trees lend nothing to each other, so that is the only fair
+        measure between them; within guarantees it is 0), then the child of the root with the
+        smallest share, and so on. Usage is the named tally: what no limit on a queue's path
+        covers is nobody's borrowing.
         """
         node = self.tree.nodes.get(queue)
         if node is None:
@@ -469,4 +472,7 @@ class QuotaLedger:
                 if over > 0:
                     share = max(share, over / total)
             out.append(share / member.spec.weight)
+        # Padded with zeros to the forest's deepest path: a level below a leaf borrows nothing,
+        # so a tie with a deeper queue is decided by the heads, not by the tuples' lengths.
+        out.extend([0.0] * (self.tree.depth - len(out)))
         return tuple(out)

@@ -90,6 +90,8 @@ class QueueTree:
                 ),
                 None,
             )
+        # The longest path in the forest: fair-share tuples are padded to it.
+        self.depth = max((len(node.path) for node in self.nodes.values()), default=0)
         # Pooled resources per root: those some queue of the tree guarantees.
         self.pools: dict[str, Resources] = {}
         for node in self.nodes.values():
