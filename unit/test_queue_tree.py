@@ -48,6 +48,9 @@ def test_a_queue_spec_reads_every_field() -> None:
         ({"weight": "NaN"}, "spec.weight"),
         ({"weight": True}, "spec.weight must be a number"),
         ({"quota": {"min": {GPU: 8}, "max": {GPU: 4}}}, "is above spec.quota.max"),
+        # Amounts as named, a max of 0 and pods included (they used to read "max nothing").
+        ({"quota": {"min": {GPU: 1}, "max": {GPU: 0}}}, f"max {GPU}=0"),
+        ({"quota": {"min": {"pods": 3}, "max": {"pods": 2}}}, "min pods=3 is above"),
         ({"quota": {"min": {GPU: -1}}}, "negative"),
         ({"quota": {"max": {GPU: "lots"}}}, "not a valid quantity"),
         ({"quota": ["x"]}, "spec.quota is not an object"),

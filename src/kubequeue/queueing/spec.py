@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubequeue.demand import DemandError, parse_resource_map
+from kubequeue.quantity import format_milli
 from kubequeue.queueing.selector import LabelSelector, SelectorError, parse_selector
-from kubequeue.resources import Resources, describe
+from kubequeue.resources import Resources
 
 __all__ = [
     "BEST_EFFORT_FIFO",
@@ -95,9 +96,10 @@ def _parse(name: str, uid: str, spec: Any) -> QueueSpec:
     for res, amount in (minimum or {}).items():
         ceiling = (maximum or {}).get(res)
         if ceiling is not None and amount > ceiling:
+            # Named amounts as written (0 and pods included): ``describe`` leaves those out.
             raise DemandError(
-                f"spec.quota.min {describe({res: amount})} is above spec.quota.max "
-                f"{describe({res: ceiling})}"
+                f"spec.quota.min {res}={format_milli(res, amount)} is above spec.quota.max "
+                f"{res}={format_milli(res, ceiling)}"
             )
     preemption = spec.get("preemption")
     if preemption is None:

@@ -184,7 +184,8 @@ class QueueTree:
                     given = sum(self.nodes[c].emin.get(res, 0) for c in node.children)
                     if given > amount:
                         node.problem = node.problem or (
-                            f"its children's min {res} add up to {format_milli(res, given)}, "
+                            f"its children's guarantees (effective min) in {res} add up to "
+                            f"{format_milli(res, given)}, "
                             f"more than its own {bound} ({format_milli(res, amount)})"
                         )
 
