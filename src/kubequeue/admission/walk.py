@@ -52,13 +52,16 @@ class Walk:
     """The queued jobs of several queues, one at a time, the best claim first.
 
     Each queue's line is walked in its own order (priority, age). Which line goes next is
-    decided by its claim: queues still below their guarantee (in every resource their tree
-    pools) before queues at or above it, then the smaller weighted dominant shares along the
-    queue's path (hierarchical DRF, QuotaLedger.shares). Lines with equal claims are merged by
-    their jobs' priority and age (a C-level k-way merge). Claims move only when a job is
-    admitted; then the rest of the lines are grouped again from where each one stopped (when
-    parking puts an entry back into a line of the group being merged, the group is only merged
-    again from there: no claim moved).
+    decided by the claim of its head (its first entry not gone through, parked or not): a head
+    that stays within guarantee before one that would borrow (QuotaLedger.guarantee_room), then
+    the smaller weighted dominant shares along the queue's path (hierarchical DRF,
+    QuotaLedger.shares). Lines with equal claims are merged by their jobs' priority and age (a
+    C-level k-way merge), each up to its *marker*: its first entry further on whose head would
+    claim otherwise (found through the queue's demand classes, not by reading the line); once
+    a line has gone through the entry before it, the lines are grouped again. Claims also move
+    when a job is admitted; then the rest of the lines are grouped again from where each one
+    stopped (when parking puts an entry back into a line of the group being merged, the group
+    is only merged again from there: no claim moved).
 
     Parked jobs (admission/parking.py) are not visited, but the walk goes through the lines as
     if they were there: a line has a turn while it has entries left, parked or not, and a line
