@@ -73,8 +73,17 @@ class Walk:
     def __init__(self, queue: JobQueue, lines: Sequence[str], ledger: QuotaLedger) -> None:
         self._ledger = ledger
         self._queue = queue
-        # Per line of the group being merged, its first entry further on (parked or not) whose
-        # head would claim otherwise (borrow or not), or None: the merge stops there.
+        # Each line's claim, and what it is made of until the next admission: the guarantee
+        # room its jobs are judged against and its shares. ``_stale``: the lines whose claim
+        # must be made again (None: every line's, after an admission).
+        self._claims: dict[str, tuple[bool, tuple[float, ...]]] = {}
+        self._rooms: dict[str, dict[str, int]] = {}
+        self._shares: dict[str, tuple[float, ...]] = {}
+        self._stale: set[str] | None = None
+        # Per line, its demand classes sorted by the answer they give (``_Classes``), and, for
+        # the lines of the group being merged, the first entry further on (parked or not) whose
+        # head would claim otherwise, or None: the merge stops just before it.
+        self._classes: dict[str, _Classes] = {}
         self._markers: dict[str, tuple[Any, ...] | None] = {}
         # Snapshots of each line's unparked entries ((*order key, job)); the cycle removes jobs
         # from the queue while it walks. And each line's last entry, parked or not.
@@ -90,29 +99,28 @@ class Walk:
 
     def _claim(self, line: str) -> tuple[bool, tuple[float, ...]]:
         """The claim of a line's head (its first entry not gone through, parked or not): whether
-        it would borrow, then its queue's shares. Also notes, for the group this line may join,
-        the first entry further on whose answer differs (``_markers``): there its claim changes.
-        """
+        it would borrow, then its queue's shares."""
         if not line:
             return False, (0.0,)
-        ledger = self._ledger
-        queue = self._queue
-        room = dict(ledger.guarantee_room(line))
-        at = self._at[line]
-        head = queue.after(line, at)
-        borrows = False
-        marker: tuple[Any, ...] | None = None
-        if head is not None and room:
-            index = [(i, room[res]) for i, res in enumerate(queue.class_resources) if res in room]
-            borrows = _borrows(head[-1].demand, room)
-            for signature, entries in queue.classes(line).items():
-                if any(signature[i] > 0 and signature[i] > left for i, left in index) == borrows:
-                    continue
-                found = 0 if at is None else entries.bisect_right(at)
-                if found < len(entries) and (marker is None or entries[found] < marker):
-                    marker = entries[found]
-        self._markers[line] = marker
-        return borrows, ledger.shares(line)
+        room = self._rooms.get(line)
+        if room is None:
+            room = self._rooms[line] = dict(self._ledger.guarantee_room(line))
+            self._shares[line] = self._ledger.shares(line)
+        head = self._queue.after(line, self._at[line])
+        return (
+            head is not None and bool(room) and _borrows(head[-1].demand, room),
+            self._shares[line],
+        )
+
+    def _marker(self, line: str, borrows: bool) -> tuple[Any, ...] | None:
+        """The line's first entry after its position whose head would answer otherwise."""
+        room = self._rooms.get(line)
+        if not line or not room:
+            return None
+        classes = self._classes.get(line)
+        if classes is None or classes.room != room:
+            classes = self._classes[line] = _Classes(self._queue, line, room)
+        return classes.first(not borrows, self._at[line])
 
     def _left(self, line: str) -> bool:
         """Entries left in the line, parked or not."""
@@ -128,21 +136,30 @@ class Walk:
                 active = [line for line in lines if line not in self._blocked and self._left(line)]
                 if not active:
                     return
-                claims = {line: self._claim(line) for line in active}
-                best = min(claims.values())
+                claims = self._claims
+                stale = self._stale
+                for line in active if stale is None else [x for x in active if x in stale]:
+                    claims[line] = self._claim(line)
+                self._stale = set()
+                best = min(claims[line] for line in active)
                 group = [line for line in active if claims[line] == best]
+                self._markers = {line: self._marker(line, best[0]) for line in group}
             self._regroup = self._remerge = False
             self._group = group
             self._current = None
             markers = self._markers
             streams = [self._stream(line, markers.get(line)) for line in group]
-            stops = sorted(
-                (*last[:-1], _TOP)
-                for line in group
-                if (marker := markers.get(line)) is not None
-                and (last := self._queue.before(line, marker)) is not None
-            )
+            stopping: dict[int, str] = {}
+            stops = []
+            for line in group:
+                marker = markers.get(line)
+                last = self._queue.before(line, marker) if marker is not None else None
+                if last is not None:
+                    stop = (*last[:-1], _TOP)
+                    stopping[id(stop)] = line
+                    stops.append(stop)
             if stops:
+                stops.sort()
                 # Once a line has gone through the entry before its marker (parked or not),
                 # its head claims otherwise: the merge stops just after that entry and the
                 # lines are grouped again, each having gone through every entry up to it.
@@ -157,6 +174,8 @@ class Walk:
                         self._at[line] = _later(self.position(line), entry)
                     self._current = None
                     self._regroup = True
+                    assert self._stale is not None
+                    self._stale.add(stopping[id(entry)])  # only its head's answer changed
                     break
                 job: QueuedJob = entry[-1]
                 pos[job.queue] += 1
@@ -210,11 +229,45 @@ class Walk:
     def admitted(self) -> None:
         """Usage changed: every line's claim is judged again."""
         self._regroup = True
+        self._stale = None
+        self._rooms.clear()
 
     def block(self, line: str) -> None:
         """The rest of this line waits for the next cycle."""
         self._blocked.add(line)
         self._regroup = True
+
+
+class _Classes:
+    """A line's demand classes (JobQueue.classes) split by whether a head of the class would
+    borrow with the line's guarantee room as it is, each side a heap of every class's next
+    entry: the first entry after a position whose head answers otherwise is a heap's top
+    (classes passed are moved on lazily; the walk's positions only go forward)."""
+
+    def __init__(self, queue: JobQueue, line: str, room: Mapping[str, int]) -> None:
+        self.room = dict(room)
+        names = queue.class_resources
+        index = [(i, room[res]) for i, res in enumerate(names) if res in room]
+        self._lists = queue.classes(line)
+        self._heaps: tuple[list[Any], list[Any]] = ([], [])
+        for signature, entries in self._lists.items():
+            if entries:
+                borrows = any(signature[i] > 0 and signature[i] > left for i, left in index)
+                self._heaps[borrows].append((entries[0], signature))
+        for heap in self._heaps:
+            heapq.heapify(heap)
+
+    def first(self, borrows: bool, position: Position) -> tuple[Any, ...] | None:
+        """The first entry after ``position`` of the classes that answer ``borrows``."""
+        heap = self._heaps[borrows]
+        while heap and position is not None and heap[0][0] <= position:
+            _, signature = heapq.heappop(heap)
+            entries = self._lists.get(signature)
+            if entries:
+                found = entries.bisect_right(position)
+                if found < len(entries):
+                    heapq.heappush(heap, (entries[found], signature))
+        return heap[0][0] if heap else None
 
 
 def _borrows(demand: Mapping[str, int], room: Mapping[str, int]) -> bool:
