@@ -168,6 +168,71 @@ def test_the_line_whose_head_has_the_best_claim_goes_next_parked_heads_included(
     assert visited == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(heads_st, st.sampled_from([0.0, 0.0, 0.5]), st.integers(-1, 6)),
+        min_size=2,
+        max_size=4,
+    ),
+    st.sets(st.integers(0, 40), max_size=8),
+)
+def test_claims_follow_admissions_in_the_middle_of_the_walk(
+    spec: list[tuple[list[tuple[int, int, bool]], float, int]], admit_at: set[int]
+) -> None:
+    """Admitting a visited job takes its demand out of its line's guarantee room (the ledger
+    moves): from there every head is judged against the new rooms, as the brute force does."""
+    queue = JobQueue()
+    queue.classify_by([GPU])
+    shares: dict[str, float] = {}
+    rooms: dict[str, int] = {}
+    for i, (jobs, share, room) in enumerate(spec):
+        line = f"q{i}"
+        shares[line], rooms[line] = share, room * 1000
+        for k, (second, gpus, parked) in enumerate(jobs):
+            job = QueuedJob(
+                key=("Job", line, f"j{k}"),
+                uid=f"{line}-{k}",
+                resource_version="1",
+                priority=0,
+                created=f"2026-01-01T00:00:{second:02d}Z",
+                queue=line,
+                _demand={GPU: gpus * 1000} if gpus else {},
+            )
+            queue.upsert(job)
+            if parked:
+                queue.park(job, Parked())
+    lines = queue.lines()
+    start = dict(rooms)
+    ledger = _Rooms(shares, rooms)
+    walk = Walk(queue, lines, ledger)  # type: ignore[arg-type]
+    visited = []
+    for job in walk:
+        visited.append(job.key)
+        if len(visited) in admit_at:
+            rooms[job.queue] -= job.demand.get(GPU, 0)
+            walk.admitted()
+
+    rooms.update(start)
+    heads = {line: queue.entries(line) for line in lines}
+    expected = []
+    while any(heads.values()):
+        best = min(
+            (entries[0] for entries in heads.values() if entries),
+            key=lambda e: (
+                bool(e[-1].demand.get(GPU, 0)) and e[-1].demand.get(GPU, 0) > rooms[e[-1].queue],
+                shares[e[-1].queue],
+                e[:-1],
+            ),
+        )
+        heads[best[-1].queue].pop(0)
+        if best[-1].park is None:
+            expected.append(best[-1].key)
+            if len(expected) in admit_at:
+                rooms[best[-1].queue] -= best[-1].demand.get(GPU, 0)
+    assert visited == expected
+
+
 def test_a_head_within_its_queue_s_guarantee_goes_before_an_older_head_that_would_borrow() -> None:
     """The issue's case: team-a used 6 of its min 8 and its older head needs 4 (it would
     borrow); team-b used 4 of its 8 and its head needs 2. Both queues have guarantee left and
