@@ -92,3 +92,63 @@ def test_a_team_within_its_department_s_guarantee_is_not_reclaimed_by_another_te
     c.submit("a0", "ns-a", 8, 10)
     assert c.cycle_admits() == []
     assert c.last.preemptions == [], "team-b uses only its own guarantee"
+
+
+def test_an_unusable_queue_keeps_no_guarantee_under_a_max() -> None:
+    """Issue 30, also: one rule for unusable queues, nothing is kept for them. team-b's
+    children guarantee 6 GPUs under its min of 4 (invalid), so team-b and b1, b2 take no jobs;
+    their guarantees used to be kept all the same (as leaves' mins) under research's max."""
+    from kubequeue.queueing.quota import QuotaLedger
+    from kubequeue.queueing.spec import parse_queue
+    from kubequeue.queueing.tree import QueueTree
+
+    ledger = QuotaLedger(
+        QueueTree(
+            parse_queue(q)
+            for q in [
+                queue("research", quota={"max": {GPU: 16}}),
+                queue("team-a", parent="research", quota={"min": {GPU: 8}}),
+                queue("team-b", parent="research", quota={"min": {GPU: 4}}),
+                queue("b1", parent="team-b", quota={"min": {GPU: 3}}),
+                queue("b2", parent="team-b", quota={"min": {GPU: 3}}),
+            ]
+        )
+    )
+    assert ledger.tree.nodes["b1"].unusable is not None
+    ledger.charge(("Job", "a", "a0"), "team-a", {GPU: 8000})
+    # The tree's pool (8 + team-b's 4) has team-b's 4, which nobody can claim while team-b is
+    # unusable (so they are no loan); research's max keeps nothing for b1 and b2 (it kept
+    # their 6, and refused).
+    verdict = ledger.check("team-a", {GPU: 4000})
+    assert verdict.allowed and not verdict.borrowing, verdict.reason
+
+
+def test_a_reclaim_may_take_a_job_holding_more_than_its_queue_borrowed() -> None:
+    """Issue 30, also: jobs are stopped whole. team-a (min 3) runs x (1 GPU) and, borrowing 1,
+    the low-priority y (3 GPUs); team-b's 3-GPU reclaim takes y alone, the cheapest: team-a
+    ends below its min by 2, less than y holds, and x keeps running."""
+    trees = [
+        queue("research"),
+        queue(
+            "team-a",
+            parent="research",
+            quota={"min": {GPU: 3}, "max": {GPU: 8}},
+            namespaceSelector={"matchLabels": {"team": "a"}},
+        ),
+        queue(
+            "team-b",
+            parent="research",
+            quota={"min": {GPU: 3}, "max": {GPU: 8}},
+            namespaceSelector={"matchLabels": {"team": "b"}},
+            preemption=RECLAIM,
+        ),
+    ]
+    c = Cluster(trees, b.node("n1", gpu=4))
+    c.submit("x", "ns-a", 1, 0)
+    c.submit("y", "ns-a", 3, 1, priority_class="low")
+    assert c.cycle_admits() == ["x", "y"]
+    assert c.tracker.ledger.borrowed("team-a") == {GPU: 1000}
+    c.submit("b0", "ns-b", 3, 5)
+    c.cycle_admits()
+    [plan] = c.last.preemptions
+    assert [v.key[2] for v in plan.victims] == ["y"]
