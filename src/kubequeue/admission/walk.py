@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -55,17 +54,20 @@ class Walk:
     decided by the claim of its head (its first entry not gone through, parked or not): a head
     that stays within guarantee before one that would borrow (QuotaLedger.guarantee_room), then
     the smaller weighted dominant shares along the queue's path (hierarchical DRF,
-    QuotaLedger.shares). Lines with equal claims are merged by their jobs' priority and age (a
-    C-level k-way merge), each up to its *marker*: its first entry further on whose head would
-    claim otherwise (found through the queue's demand classes, not by reading the line); once
-    a line has gone through the entry before it, the lines are grouped again. Claims also move
-    when a job is admitted; then the rest of the lines are grouped again from where each one
-    stopped (when parking puts an entry back into a line of the group being merged, the group
-    is only merged again from there: no claim moved).
+    QuotaLedger.shares), then the head's own order (priority, age).
+
+    The lines sit in a heap by (claim, next event). A line's events are its unparked entries
+    (visited), its *marker* event, right after the entry before its first entry further on
+    whose head would claim otherwise (found through the queue's demand classes, not by reading
+    the line: there its claim is made again and it goes back into the heap), and, once it has
+    neither, its end. Lines of one claim thus take their events in their jobs' order, so each
+    has gone through every entry (parked or not) up to the event last taken, exactly as a walk
+    visiting every entry would. When a job is admitted usage moves and every claim is made
+    again.
 
     Parked jobs (admission/parking.py) are not visited, but the walk goes through the lines as
     if they were there: a line has a turn while it has entries left, parked or not, and a line
-    in the group being merged has gone as far as the entry last visited. So lines take their
+    of the claim being walked has gone as far as the event last taken. So lines take their
     turns exactly as with every job visited, and parking knows which parked jobs a line has not
     reached yet (``position``).
     """
@@ -74,15 +76,12 @@ class Walk:
         self._ledger = ledger
         self._queue = queue
         # Each line's claim, and what it is made of until the next admission: the guarantee
-        # room its jobs are judged against and its shares. ``_stale``: the lines whose claim
-        # must be made again (None: every line's, after an admission).
+        # room its jobs are judged against and its shares.
         self._claims: dict[str, tuple[bool, tuple[float, ...]]] = {}
         self._rooms: dict[str, dict[str, int]] = {}
         self._shares: dict[str, tuple[float, ...]] = {}
-        self._stale: set[str] | None = None
-        # Per line, its demand classes sorted by the answer they give (``_Classes``), and, for
-        # the lines of the group being merged, the first entry further on (parked or not) whose
-        # head would claim otherwise, or None: the merge stops just before it.
+        # Per line, its demand classes sorted by the answer they give (``_Classes``), and its
+        # first entry further on (parked or not) whose head would claim otherwise, or None.
         self._classes: dict[str, _Classes] = {}
         self._markers: dict[str, tuple[Any, ...] | None] = {}
         # Snapshots of each line's unparked entries ((*order key, job)); the cycle removes jobs
@@ -91,11 +90,13 @@ class Walk:
         self._ends = {line: queue.last(line) for line in lines}
         self._pos = dict.fromkeys(lines, 0)  # next unvisited index in the snapshot
         self._at: dict[str, Position] = dict.fromkeys(lines)  # gone through up to here
-        self._group: list[str] = []
-        self._current: tuple[Any, ...] | None = None  # last entry of the group being merged
+        # (claim, next event, version, line); an item whose version is not the line's is stale.
+        self._heap: list[tuple[Any, ...]] = []
+        self._version = dict.fromkeys(lines, 0)
+        self._current: tuple[Any, ...] | None = None  # the event last taken
+        self._current_claim: tuple[bool, tuple[float, ...]] | None = None
         self._blocked: set[str] = set()
-        self._regroup = False  # claims may have moved, or a line is blocked: group again
-        self._remerge = False  # an entry went into a line the merge has read ahead in
+        self._rejudge = True  # every claim is to be made again (start, admission)
 
     def _claim(self, line: str) -> tuple[bool, tuple[float, ...]]:
         """The claim of a line's head (its first entry not gone through, parked or not): whether
@@ -122,6 +123,36 @@ class Walk:
             classes = self._classes[line] = _Classes(self._queue, line, room)
         return classes.first(not borrows, self._at[line])
 
+    def _judge(self, line: str) -> None:
+        """Make the line's claim and marker again (its head changed, or usage moved)."""
+        claim = self._claims[line] = self._claim(line)
+        self._markers[line] = self._marker(line, claim[0])
+
+    def _push(self, line: str) -> None:
+        """Put the line into the heap at its next event: its next unvisited entry before its
+        marker, else the marker event (right after the entry before the marker), else its
+        end."""
+        entries = self._lines[line]
+        index = self._pos[line]
+        marker = self._markers.get(line)
+        event: tuple[Any, ...]
+        if index < len(entries) and (marker is None or entries[index] < marker):
+            event = entries[index]
+        elif marker is not None and (last := self._queue.before(line, marker)) is not None:
+            event = (*last[:-1], _TOP)
+        else:
+            event = _LAST
+        version = self._version[line] = self._version[line] + 1
+        heapq.heappush(self._heap, (self._claims[line], event, version, line))
+
+    def _rebuild(self) -> None:
+        self._heap = []
+        for line in self._lines:
+            if line not in self._blocked and self._left(line):
+                self._judge(line)
+                self._push(line)
+        self._rejudge = False
+
     def _left(self, line: str) -> bool:
         """Entries left in the line, parked or not."""
         at = self._at[line]
@@ -129,113 +160,68 @@ class Walk:
         return end is not None and (at is None or (at is not END and at < end))  # type: ignore[operator]
 
     def __iter__(self) -> Iterator[QueuedJob]:
-        lines, pos, at = self._lines, self._pos, self._at
-        group: list[str] | None = None
+        heap, version, at = self._heap, self._version, self._at
         while True:
-            if group is None:
-                active = [line for line in lines if line not in self._blocked and self._left(line)]
-                if not active:
-                    return
-                claims = self._claims
-                stale = self._stale
-                for line in active if stale is None else [x for x in active if x in stale]:
-                    claims[line] = self._claim(line)
-                self._stale = set()
-                best = min(claims[line] for line in active)
-                group = [line for line in active if claims[line] == best]
-                self._markers = {line: self._marker(line, best[0]) for line in group}
-            self._regroup = self._remerge = False
-            self._group = group
-            self._current = None
-            markers = self._markers
-            streams = [self._stream(line, markers.get(line)) for line in group]
-            stopping: dict[int, str] = {}
-            stops = []
-            for line in group:
-                marker = markers.get(line)
-                last = self._queue.before(line, marker) if marker is not None else None
-                if last is not None:
-                    stop = (*last[:-1], _TOP)
-                    stopping[id(stop)] = line
-                    stops.append(stop)
-            if stops:
-                stops.sort()
-                # Once a line has gone through the entry before its marker (parked or not),
-                # its head claims otherwise: the merge stops just after that entry and the
-                # lines are grouped again, each having gone through every entry up to it.
-                streams.append(iter(stops))
-            merged: Iterator[tuple[Any, ...]] = (
-                streams[0] if len(streams) == 1 else heapq.merge(*streams)
-            )
-            entry: tuple[Any, ...] | None = None
-            for entry in merged:
-                if entry[-1] is _TOP:
-                    for line in group:
-                        self._at[line] = _later(self.position(line), entry)
-                    self._current = None
-                    self._regroup = True
-                    assert self._stale is not None
-                    self._stale.add(stopping[id(entry)])  # only its head's answer changed
-                    break
-                job: QueuedJob = entry[-1]
-                pos[job.queue] += 1
-                self._current = entry
-                yield job
-                if self._regroup or self._remerge:
-                    break
-            else:
-                # This claim's lines are done, parked entries included.
-                for line in group:
-                    at[line] = END
-                self._group = []
-                group = None
+            if self._rejudge:
+                # (Lines keep the positions the last events left them at.)
+                if self._current is not None and self._current_claim is not None:
+                    for line in self._lines:
+                        if self._claims.get(line) == self._current_claim:
+                            at[line] = self.position(line)
+                self._current = self._current_claim = None
+                self._rebuild()
+                heap = self._heap
+            if not heap:
+                return
+            claim, event, ver, line = heapq.heappop(heap)
+            if ver != version[line] or line in self._blocked:
                 continue
-            if self._current is not None:
-                for line in group:
-                    self._at[line] = self.position(line)
-            self._group = []
-            if self._regroup:
-                # An admission (claims moved) or a blocked line: group again.
-                group = None
-            # Otherwise a job put back into a line of the group: the same lines merged again
-            # from where each one stopped (no claim moved, so grouping again would give the
-            # same lines, less those gone through to their end, which add nothing).
-
-    def _stream(self, line: str, marker: tuple[Any, ...] | None) -> Iterator[tuple[Any, ...]]:
-        """A line's unvisited entries from where it stopped, up to its marker (excluded). A
-        list is read by index, so entries put into it after the position are seen."""
-        entries = itertools.islice(self._lines[line], self._pos[line], None)
-        if marker is None:
-            return entries
-        return itertools.takewhile(marker.__gt__, entries)
+            if event is _LAST:
+                # Gone through: every other line of this claim has gone as far.
+                self._current, self._current_claim = event, claim
+                at[line] = END
+                continue
+            self._current, self._current_claim = event, claim
+            if event[-1] is _TOP:
+                at[line] = _later(at[line], event)
+                self._judge(line)
+                self._push(line)
+                continue
+            at[line] = event
+            self._pos[line] += 1
+            yield event[-1]
+            if not self._rejudge and line not in self._blocked:
+                self._push(line)
 
     def position(self, line: str) -> Position:
         at = self._at.get(line)
         current = self._current
-        if at is END or current is None or line not in self._group:
+        if (
+            at is END
+            or current is None
+            or line in self._blocked
+            or self._claims.get(line) != self._current_claim
+        ):
             return at
+        if current is _LAST:
+            return END
         return current if at is None or current > at else at  # type: ignore[operator]
 
     def insert(self, line: str, entry: tuple[Any, ...]) -> None:
-        bisect.insort(self._lines[line], entry, lo=self._pos[line])
-        group = self._group
-        if len(group) > 1 and line in group:
-            # The merge has read ahead in this line: merge again from where each line stopped
-            # (claims did not move). A line walked alone reads its list by index, so it sees
-            # the entry (it is beyond the position); a line outside the group takes it up when
-            # its turn comes.
-            self._remerge = True
+        """An entry of a parked job put back into the walk (beyond the line's position)."""
+        index = bisect.bisect_left(self._lines[line], entry, lo=self._pos[line])
+        self._lines[line].insert(index, entry)
+        if index == self._pos[line] and not self._rejudge and line in self._claims:
+            self._push(line)  # it is the line's next event now (the older one goes stale)
 
     def admitted(self) -> None:
         """Usage changed: every line's claim is judged again."""
-        self._regroup = True
-        self._stale = None
+        self._rejudge = True
         self._rooms.clear()
 
     def block(self, line: str) -> None:
         """The rest of this line waits for the next cycle."""
         self._blocked.add(line)
-        self._regroup = True
 
 
 class _Classes:
@@ -297,6 +283,8 @@ class _Top:
 
 
 _TOP = _Top()
+# A line's last event: after every entry of its claim (it has gone through to its end).
+_LAST: tuple[Any, ...] = (_TOP,)
 
 
 def _later(at: Position, key: tuple[Any, ...]) -> Position:
