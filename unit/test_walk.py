@@ -151,20 +151,38 @@ def test_the_line_whose_head_has_the_best_claim_goes_next_parked_heads_included(
             if parked:
                 queue.park(job, Parked())
     lines = queue.lines()
-    visited = [job.key for job in Walk(queue, lines, _Rooms(shares, rooms))]  # type: ignore[arg-type]
 
     def claim(entry: tuple[Any, ...]) -> tuple[Any, ...]:
         job = entry[-1]
         need = job.demand.get(GPU, 0)
         return (bool(need) and need > rooms[job.queue], shares[job.queue], entry[:-1])
 
+    # The brute force: which entries each line has gone through when each job is visited.
     heads = {line: queue.entries(line) for line in lines}
     expected = []
+    passed: list[set[int]] = []
+    gone: set[int] = set()
     while any(heads.values()):
         best = min((entries[0] for entries in heads.values() if entries), key=claim)
         heads[best[-1].queue].pop(0)
+        gone.add(id(best))
         if best[-1].park is None:
             expected.append(best[-1].key)
+            passed.append(set(gone))
+    walk = Walk(queue, lines, _Rooms(shares, rooms))  # type: ignore[arg-type]
+    visited = []
+    for job in walk:
+        visited.append(job.key)
+        if len(visited) > len(passed):
+            break
+        # Parking asks the walk how far each line has gone: what the brute force went through
+        # up to this visit, and nothing beyond it (nothing passed that it would still visit).
+        went = passed[len(visited) - 1]
+        for line in lines:
+            position = walk.position(line)
+            for entry in queue.entries(line):
+                through = position is END or (position is not None and entry <= position)
+                assert through == (id(entry) in went), (line, entry[:-1], position)
     assert visited == expected
 
 
@@ -282,3 +300,40 @@ def test_a_head_within_its_queue_s_guarantee_goes_before_an_older_head_that_woul
     # team-c's CPU head is within (cpu is not limited), ahead of every borrowing head; then
     # b-head (within); then the borrowers by share (equal: 0) and age.
     assert order == ["b-head", "c-cpu", "a-head", "c-gpu"]
+
+
+def test_lines_keep_how_far_their_claim_took_them_when_another_claim_is_walked() -> None:
+    """q1's parked head (borrowing, oldest) and q0's parked head (borrowing) are passed before
+    q0's next job, which is within guarantee, becomes q0's head and is visited. Parking asks
+    then whether the walk has passed q1's head (to put it back only if not): it has, although
+    the claim walked now is another one (a version of the heap walk forgot that)."""
+    queue = JobQueue()
+    queue.classify_by([GPU])
+    jobs = {}
+    for line, name, second, gpus, parked in (
+        ("q1", "p1", 0, 2, True),
+        ("q0", "p0", 1, 2, True),
+        ("q0", "a1", 2, 0, False),
+    ):
+        job = QueuedJob(
+            key=("Job", line, name),
+            uid=name,
+            resource_version="1",
+            priority=0,
+            created=f"2026-01-01T00:00:{second:02d}Z",
+            queue=line,
+            _demand={GPU: gpus * 1000} if gpus else {},
+        )
+        queue.upsert(job)
+        if parked:
+            queue.park(job, Parked())
+        jobs[name] = job
+    walk = Walk(queue, ["q0", "q1"], _Rooms({"q0": 0.0, "q1": 0.0}, {"q0": 0, "q1": 0}))  # type: ignore[arg-type]
+    seen = []
+    for job in walk:
+        seen.append(job.key[2])
+        entry = queue.entry(jobs["p1"])
+        position = walk.position("q1")
+        assert entry is not None
+        assert position is END or (position is not None and entry <= position), position
+    assert seen == ["a1"]

@@ -163,12 +163,7 @@ class Walk:
         heap, version, at = self._heap, self._version, self._at
         while True:
             if self._rejudge:
-                # (Lines keep the positions the last events left them at.)
-                if self._current is not None and self._current_claim is not None:
-                    for line in self._lines:
-                        if self._claims.get(line) == self._current_claim:
-                            at[line] = self.position(line)
-                self._current = self._current_claim = None
+                self._settle()
                 self._rebuild()
                 heap = self._heap
             if not heap:
@@ -176,6 +171,8 @@ class Walk:
             claim, event, ver, line = heapq.heappop(heap)
             if ver != version[line] or line in self._blocked:
                 continue
+            if claim != self._current_claim:
+                self._settle()
             if event is _LAST:
                 # Gone through: every other line of this claim has gone as far.
                 self._current, self._current_claim = event, claim
@@ -184,7 +181,15 @@ class Walk:
             self._current, self._current_claim = event, claim
             if event[-1] is _TOP:
                 at[line] = _later(at[line], event)
-                self._judge(line)
+                marker = self._markers[line]
+                if marker is not None and self._queue.entry(marker[-1]) is marker:
+                    # The line's head is its marker now, which answers otherwise: its claim
+                    # flips. (A marker that left the queue meanwhile: judged from the head.)
+                    borrows = not claim[0]
+                    self._claims[line] = (borrows, claim[1])
+                    self._markers[line] = self._marker(line, borrows)
+                else:
+                    self._judge(line)
                 self._push(line)
                 continue
             at[line] = event
@@ -192,6 +197,17 @@ class Walk:
             yield event[-1]
             if not self._rejudge and line not in self._blocked:
                 self._push(line)
+
+    def _settle(self) -> None:
+        """The lines of the claim walked so far keep how far its events took them (every
+        entry up to the event last taken, parked or not), before another claim is walked."""
+        claim = self._current_claim
+        if self._current is not None and claim is not None:
+            at = self._at
+            for line, own in self._claims.items():
+                if own == claim:
+                    at[line] = self.position(line)
+        self._current = self._current_claim = None
 
     def position(self, line: str) -> Position:
         at = self._at.get(line)
