@@ -95,6 +95,13 @@ class Walk:
         self._version = dict.fromkeys(lines, 0)
         self._current: tuple[Any, ...] | None = None  # the event last taken
         self._current_claim: tuple[bool, tuple[float, ...]] | None = None
+        # How far each claim's walk went each time another claim took over: (tick, event)
+        # per claim; a line has gone as far as the entries of its claim's log since it joined
+        # that claim (``_since``), read lazily (``_fold``) rather than written to every line
+        # of the claim at each change (the claims change at every marker).
+        self._tick = 0
+        self._log: dict[tuple[bool, tuple[float, ...]], list[tuple[int, tuple[Any, ...]]]] = {}
+        self._since = dict.fromkeys(lines, 0)
         self._blocked: set[str] = set()
         self._rejudge = True  # every claim is to be made again (start, admission)
 
@@ -125,6 +132,8 @@ class Walk:
 
     def _judge(self, line: str) -> None:
         """Make the line's claim and marker again (its head changed, or usage moved)."""
+        self._fold(line)
+        self._since[line] = self._tick
         claim = self._claims[line] = self._claim(line)
         self._markers[line] = self._marker(line, claim[0])
 
@@ -147,6 +156,9 @@ class Walk:
 
     def _rebuild(self) -> None:
         self._heap = []
+        for line in self._lines:
+            self._fold(line)
+        self._log.clear()  # every line joins its claim anew
         for line in self._lines:
             if line not in self._blocked and self._left(line):
                 self._judge(line)
@@ -171,46 +183,67 @@ class Walk:
             claim, event, ver, line = heapq.heappop(heap)
             if ver != version[line] or line in self._blocked:
                 continue
+            self._tick += 1
             if claim != self._current_claim:
                 self._settle()
             if event is _LAST:
                 # Gone through: every other line of this claim has gone as far.
                 self._current, self._current_claim = event, claim
+                self._fold(line)
                 at[line] = END
                 continue
             self._current, self._current_claim = event, claim
             if event[-1] is _TOP:
-                at[line] = _later(at[line], event)
+                at[line] = _later(self._fold(line), event)
                 marker = self._markers[line]
                 if marker is not None and self._queue.entry(marker[-1]) is marker:
                     # The line's head is its marker now, which answers otherwise: its claim
                     # flips. (A marker that left the queue meanwhile: judged from the head.)
                     borrows = not claim[0]
+                    self._fold(line)
+                    self._since[line] = self._tick
                     self._claims[line] = (borrows, claim[1])
                     self._markers[line] = self._marker(line, borrows)
                 else:
                     self._judge(line)
                 self._push(line)
                 continue
-            at[line] = event
+            at[line] = _later(self._fold(line), event)
             self._pos[line] += 1
             yield event[-1]
             if not self._rejudge and line not in self._blocked:
                 self._push(line)
 
     def _settle(self) -> None:
-        """The lines of the claim walked so far keep how far its events took them (every
-        entry up to the event last taken, parked or not), before another claim is walked."""
+        """Before another claim is walked: the lines of the claim walked so far have gone
+        through every entry up to the event last taken, parked or not (kept in its log)."""
         claim = self._current_claim
         if self._current is not None and claim is not None:
-            at = self._at
-            for line, own in self._claims.items():
-                if own == claim:
-                    at[line] = self.position(line)
+            self._log.setdefault(claim, []).append((self._tick, self._current))
         self._current = self._current_claim = None
 
-    def position(self, line: str) -> Position:
+    def _fold(self, line: str) -> Position:
+        """The line's position with its claim's log since it joined it taken in."""
         at = self._at.get(line)
+        if at is END or line in self._blocked or line not in self._claims:
+            return at
+        log = self._log.get(self._claims[line])
+        if log:
+            since = self._since[line]
+            for index in range(len(log) - 1, -1, -1):
+                tick, reach = log[index]
+                if tick <= since:
+                    break
+                if reach is _LAST:
+                    at = END
+                    break
+                at = _later(at, reach)
+            self._at[line] = at
+            self._since[line] = self._tick
+        return at
+
+    def position(self, line: str) -> Position:
+        at = self._fold(line)
         current = self._current
         if (
             at is END
