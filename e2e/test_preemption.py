@@ -109,6 +109,43 @@ async def test_a_team_under_its_min_reclaims_borrowed_gpus_and_the_borrower_runs
     assert watch.violations == [], watch.violations
 
 
+async def test_a_team_without_a_min_reclaims_within_its_department_s_guarantee(
+    kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
+    queues: Queues,
+) -> None:
+    """Issue 30: the guarantee is set on the department (team-b, min 8); its team b1 names no
+    min of its own. b1's 8-GPU job is within team-b's guarantee, so it is not borrowing and it
+    reclaims the 8 GPUs team-a borrowed (it used to count as borrowing and wait)."""
+    nodes = await fake_nodes.create(NodeSpec("gpu-1", gpus=8), NodeSpec("gpu-2", gpus=8))
+    await queues.create("research")
+    await queues.create("team-a", parent="research",
+                        quota={"min": {GPU: 8}, "max": {GPU: 16}})
+    await queues.create("team-b", parent="research", quota={"min": {GPU: 8}})
+    await queues.create("b1", parent="team-b", preemption={"reclaimWithinTree": "Any"})
+    await kube_queue()
+    async with gpu_overcommit_watch(kubectl, nodes) as watch:
+        for i in range(4):
+            await kubectl.apply(job(f"a{i}", gpus=4, labels=queues.label("team-a")),
+                                "-n", namespace)
+
+        async def all_running() -> bool:
+            return len(await pods_by_node(kubectl, namespace)) == 4
+
+        await wait_until("team-a runs on all 16 GPUs", all_running, 60)
+        await kubectl.apply(job("b0", gpus=8, run_for="5s", labels=queues.label("b1")),
+                            "-n", namespace)
+        await wait_until("b0 admitted after reclaiming", lambda: _admitted(kubectl, namespace,
+                                                                            "b0"), 90)
+        jobs = {j["metadata"]["name"]: j
+                for j in (await kubectl.json("get", "jobs", "-n", namespace))["items"]}
+        victims = sorted(n for n, j in jobs.items() if _preempted_by(j))
+        assert len(victims) == 2, f"exactly the 8 borrowed GPUs are taken back: {victims}"
+        b0 = jobs["b0"]["metadata"]["annotations"]
+        assert b0.get("kube-queue.io/borrowing") != "true", b0
+        assert b0.get("kube-queue.io/queue") == queues.name("b1")
+    assert watch.violations == [], watch.violations
+
+
 async def test_priority_preemption_frees_the_node_that_can_hold_the_job(
     kubectl: Kubectl, namespace: str, fake_nodes: FakeNodes, kube_queue: StartController,
     high_priority: str,
