@@ -200,6 +200,9 @@ class Walk:
                     # The line's head is its marker now, which answers otherwise: its claim
                     # flips. (A marker that left the queue meanwhile: judged from the head.)
                     borrows = not claim[0]
+                    if claim[0] and self._pass_run(line, marker):
+                        self._push(line)
+                        continue
                     self._fold(line)
                     self._since[line] = self._tick
                     self._claims[line] = (borrows, claim[1])
@@ -213,6 +216,32 @@ class Walk:
             yield event[-1]
             if not self._rejudge and line not in self._blocked:
                 self._push(line)
+
+    def _pass_run(self, line: str, marker: tuple[Any, ...]) -> bool:
+        """A borrowing line whose head, ``marker``, would not borrow: if every job of that run
+        (up to the next head that would borrow) is parked, the line goes through the run at
+        once and keeps its claim. That is what the flip would do: the run's claim is better
+        than every claim left (the walk is at this borrowing line's), so the line would be
+        walked alone through the run, visiting nothing, and flip back; nobody else moves
+        meanwhile. Saves the two flips (a parked run of jobs within guarantee in a line at its
+        min: its CPU-only jobs, say). False (nothing done) if the run has a job to visit or
+        goes to the line's end."""
+        classes = self._classes.get(line)
+        if classes is None:
+            return False
+        end = classes.first(True, marker)
+        if end is None:
+            return False
+        entries = self._lines[line]
+        index = self._pos[line]
+        if index < len(entries) and entries[index] < end:
+            return False  # a job of the run is visited
+        last = self._queue.before(line, end)
+        if last is None:
+            return False
+        self._at[line] = _later(self._at[line], (*last[:-1], _TOP))
+        self._markers[line] = classes.first(False, self._at[line])
+        return True
 
     def _settle(self) -> None:
         """Before another claim is walked: the lines of the claim walked so far have gone
