@@ -913,8 +913,9 @@ class _Line:
 
 
 def _borrows(ledger: QuotaLedger, job: QueuedJob) -> bool:
-    """Whether admitting the job would take its queue above its min (memoised like the quota
-    verdict: it changes only with the usage of the job's tree)."""
+    """Whether admitting the job would borrow: take guarantee that is not its path's to take
+    (QuotaLedger.needs_to_borrow; memoised like the quota verdict: it changes only with the
+    usage of the job's tree)."""
     version = ledger.version(job.queue)
     memo = job.quota_checked
     if memo is not None and memo[0] == version and memo[1]:

@@ -4,10 +4,12 @@ and the what-if simulation that picks the fewest needed (capacity/victims.py).
 Two reasons to preempt, both opt-in per Queue (``spec.preemption``; ``--preemption`` for the
 implicit queue):
 
-- **reclaim** (``reclaimWithinTree: Any``): the waiting job stays within its queue's guarantee,
-  so it may take back capacity that other queues of its tree borrowed: candidates are admitted
-  jobs of queues that are above their min in a resource the job needs, taken only while their
-  queue is still above its min;
+- **reclaim** (``reclaimWithinTree: Any``): the waiting job stays within guarantee (some queue
+  on its path covers it, QuotaLedger.within_levels), so it may take back capacity that other
+  parts of its tree borrowed: candidates are admitted jobs whose side of the common ancestor
+  (QuotaLedger.lender: the ancestor's child on their path, when the ancestor is above the queue
+  covering the job) is above its min in a resource the job needs, taken only while that side is
+  still above its min;
 - **priority** (``withinQueue: LowerPriority``): candidates are admitted jobs of the same queue
   with a strictly lower priority; the job's quota is then checked with the victims gone.
 
