@@ -111,7 +111,9 @@ def plan_preemption(
     queue = job.queue
     demand = job.demand
     wanted = {res for res, amount in demand.items() if amount}
-    reclaiming = policy.reclaim and bool(queue) and not ledger.needs_to_borrow(queue, demand)
+    # Where the job's guarantee covers it (None: it borrows, so it may not reclaim).
+    levels = ledger.within_levels(queue, demand) if policy.reclaim and queue else None
+    reclaiming = levels is not None
     root = tracker.ledger.tree.nodes[queue].root if queue in tracker.ledger.tree.nodes else None
     feasible: set[str] = set()
     for ps in job.pod_sets:
@@ -124,11 +126,9 @@ def plan_preemption(
         lender: str | None = None
         if policy.lower_priority and admitted.queue == queue and admitted.priority < job.priority:
             why = "priority"
-        elif reclaiming and admitted.queue != queue and root is not None:
-            lender = ledger.lender(admitted.queue, queue, demand)
-            if lender is not None and any(
-                ledger.borrowed(lender).get(res, 0) > 0 for res in wanted
-            ):
+        elif levels is not None and admitted.queue != queue and root is not None:
+            lender = ledger.lender(admitted.queue, queue, levels)
+            if lender is not None:
                 why = "reclaim"
         if not why:
             continue

@@ -31,7 +31,7 @@ ancestor's usage there is that of the queues its guarantee actually binds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from kubequeue.identity import JobKey
@@ -323,13 +323,12 @@ class QuotaLedger:
         after = 0  # the reserve of the path queue just below, once the job is admitted
         child = ""
         for name in reversed(node.path):
-            member = nodes[name]
-            if name == under:
-                _, below = reserves[name]
-                return below - reserves[child][0] + after if child else below
-            _, below = reserves[name]
+            below = reserves[name][1]
             if child:
-                below = below - reserves[child][0] + after
+                below += after - reserves[child][0]
+            if name == under:
+                return below
+            member = nodes[name]
             if member.unusable is not None:
                 after = 0
             elif res in member.spec.guaranteed:
@@ -340,24 +339,26 @@ class QuotaLedger:
             child = name
         return 0
 
-    def _room(self, node: QueueNode, res: str) -> int:
-        """The most of ``res`` a job of ``node`` can take within guarantee: the best, over the
-        queues A on its path, of A's effective min less A's usage and less what the queues
-        beside the path below A keep (their reserves). Above it the job borrows."""
+    def _rooms_on_path(self, node: QueueNode, res: str) -> Iterator[tuple[int, int]]:
+        """(depth, room) for each queue A on the path, from the queue up (depth 0: the root):
+        A's effective min less A's usage and less what the queues beside the path below A
+        keep (their reserves). A job taking no more than that is covered by A's guarantee."""
         reserves = self._reserves(node.root, res)
         nodes = self.tree.nodes
         named = self._named_used
-        best: int | None = None
         beside = 0
         child = ""
-        for name in reversed(node.path):
+        for depth in range(len(node.path) - 1, -1, -1):
+            name = node.path[depth]
             if child:
                 beside += reserves[name][1] - reserves[child][0]
-            room = nodes[name].emin.get(res, 0) - named.get(name, {}).get(res, 0) - beside
-            if best is None or room > best:
-                best = room
+            yield depth, nodes[name].emin.get(res, 0) - named.get(name, {}).get(res, 0) - beside
             child = name
-        return best if best is not None else 0
+
+    def _room(self, node: QueueNode, res: str) -> int:
+        """The most of ``res`` a job of ``node`` can take within guarantee (the best room on
+        its path); above it the job borrows."""
+        return max((room for _, room in self._rooms_on_path(node, res)), default=0)
 
     def within_levels(self, queue: str, demand: Mapping[str, int]) -> dict[str, int] | None:
         """For a job that stays within guarantee: per pooled resource it asks for, the depth
@@ -367,42 +368,28 @@ class QuotaLedger:
         if node is None:
             return {}
         out: dict[str, int] = {}
-        nodes = self.tree.nodes
-        named = self._named_used
         for res in self.tree.pools.get(node.root, ()):
             need = demand.get(res, 0)
             if not need or res not in node.named:
                 continue
-            reserves = self._reserves(node.root, res)
-            beside = 0
-            child = ""
-            level = -1
-            for depth in range(len(node.path) - 1, -1, -1):
-                name = node.path[depth]
-                if child:
-                    beside += reserves[name][1] - reserves[child][0]
-                used = named.get(name, {}).get(res, 0)
-                if used + need + beside <= nodes[name].emin.get(res, 0):
-                    level = depth
-                    break
-                child = name
-            if level < 0:
+            level = next((d for d, room in self._rooms_on_path(node, res) if need <= room), None)
+            if level is None:
                 return None
             out[res] = level
         return out
 
-    def lender(self, victim_queue: str, queue: str, demand: Mapping[str, int]) -> str | None:
+    def lender(self, victim_queue: str, queue: str, levels: Mapping[str, int]) -> str | None:
         """The queue whose borrowing a reclaim by a job of ``queue`` may take back from a job
         of ``victim_queue``: the child, on the victim's side, of the two queues' lowest common
         ancestor, if that subtree is above its min in a resource the job needs and the common
         ancestor is above the queue whose guarantee covers the job (below it, the job's
-        guarantee is not what the victim's subtree used). None: not reclaimable for this job."""
+        guarantee is not what the victim's subtree used). ``levels``: the job's
+        ``within_levels``. None: not reclaimable for this job."""
         nodes = self.tree.nodes
         mine = nodes.get(queue)
         theirs = nodes.get(victim_queue)
         if mine is None or theirs is None or mine.root != theirs.root or queue == victim_queue:
             return None
-        levels = self.within_levels(queue, demand)
         if not levels:
             return None
         common = 0
