@@ -130,11 +130,12 @@ class Walk:
             classes = self._classes[line] = _Classes(self._queue, line, room)
         return classes.first(not borrows, self._at[line])
 
-    def _judge(self, line: str) -> None:
-        """Make the line's claim and marker again (its head changed, or usage moved)."""
+    def _judge(self, line: str, claim: tuple[bool, tuple[float, ...]] | None = None) -> None:
+        """Make the line's claim (``claim`` if it is known) and marker again: its head changed,
+        or usage moved. The line joins that claim from here on."""
         self._fold(line)
         self._since[line] = self._tick
-        claim = self._claims[line] = self._claim(line)
+        claim = self._claims[line] = claim if claim is not None else self._claim(line)
         self._markers[line] = self._marker(line, claim[0])
 
     def _push(self, line: str) -> None:
@@ -199,14 +200,10 @@ class Walk:
                 if marker is not None and self._queue.entry(marker[-1]) is marker:
                     # The line's head is its marker now, which answers otherwise: its claim
                     # flips. (A marker that left the queue meanwhile: judged from the head.)
-                    borrows = not claim[0]
                     if claim[0] and self._pass_run(line, marker):
                         self._push(line)
                         continue
-                    self._fold(line)
-                    self._since[line] = self._tick
-                    self._claims[line] = (borrows, claim[1])
-                    self._markers[line] = self._marker(line, borrows)
+                    self._judge(line, (not claim[0], claim[1]))
                 else:
                     self._judge(line)
                 self._push(line)
@@ -316,6 +313,8 @@ class _Classes:
         self._heaps: tuple[list[Any], list[Any]] = ([], [])
         for signature, entries in self._lists.items():
             if entries:
+                # ``_borrows`` on the class's demand, read off its signature (this runs for
+                # every class of every line after each admission: no mapping is built).
                 borrows = any(signature[i] > 0 and signature[i] > left for i, left in index)
                 self._heaps[borrows].append((entries[0], signature))
         for heap in self._heaps:
