@@ -26,6 +26,18 @@ class _Claims:
         return (self._shares[line],)
 
 
+def _queued(line: str, name: str, second: int, demand: dict[str, int] | None = None) -> QueuedJob:
+    return QueuedJob(
+        key=("Job", line, name),
+        uid=f"{line}-{name}",
+        resource_version="1",
+        priority=0,
+        created=f"2026-01-01T00:00:{second:02d}Z",
+        queue=line,
+        _demand=demand,
+    )
+
+
 line_st = st.lists(  # per job: (second created, parked, when to put it back, or None)
     st.tuples(st.integers(0, 59), st.booleans(), st.none() | st.integers(0, 40)),
     min_size=1,
@@ -51,14 +63,7 @@ def test_entries_put_back_are_visited_in_order(
         line = f"q{i}"
         shares[line] = share
         for k, (second, parked, when) in enumerate(jobs):
-            job = QueuedJob(
-                key=("Job", line, f"j{k}"),
-                uid=f"{line}-{k}",
-                resource_version="1",
-                priority=0,
-                created=f"2026-01-01T00:00:{second:02d}Z",
-                queue=line,
-            )
+            job = _queued(line, f"j{k}", second)
             queue.upsert(job)
             if parked:
                 queue.park(job, Parked())
@@ -114,6 +119,35 @@ heads_st = st.lists(  # per job: (second created, gpus, parked)
 )
 
 
+def _lines_with_rooms(
+    spec: list[tuple[list[tuple[int, int, bool]], float, int]],
+) -> tuple[JobQueue, dict[str, float], dict[str, int]]:
+    """Line q<i> of ``spec[i]`` = (its jobs (second created, gpus, parked), share, room in
+    GPUs): the queue, and each line's share and room."""
+    queue = JobQueue()
+    queue.classify_by([GPU])
+    shares: dict[str, float] = {}
+    rooms: dict[str, int] = {}
+    for i, (jobs, share, room) in enumerate(spec):
+        line = f"q{i}"
+        shares[line], rooms[line] = share, room * 1000
+        for k, (second, gpus, parked) in enumerate(jobs):
+            job = _queued(line, f"j{k}", second, {GPU: gpus * 1000} if gpus else {})
+            queue.upsert(job)
+            if parked:
+                queue.park(job, Parked())
+    return queue, shares, rooms
+
+
+def _head_claim(
+    entry: tuple[Any, ...], shares: dict[str, float], rooms: dict[str, int]
+) -> tuple[Any, ...]:
+    """The brute force's claim of a head: would it borrow, its line's share, its order."""
+    job = entry[-1]
+    need = job.demand.get(GPU, 0)
+    return (bool(need) and need > rooms[job.queue], shares[job.queue], entry[:-1])
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -130,32 +164,8 @@ def test_the_line_whose_head_has_the_best_claim_goes_next_parked_heads_included(
     shares, then the head's own order. Parked jobs are not visited, but where they head their
     line they decide its claim, exactly as if the walk visited them (a brute force over every
     entry, picking the best head each step, is the reference)."""
-    queue = JobQueue()
-    queue.classify_by([GPU])
-    shares: dict[str, float] = {}
-    rooms: dict[str, int] = {}
-    for i, (jobs, share, room) in enumerate(spec):
-        line = f"q{i}"
-        shares[line], rooms[line] = share, room * 1000
-        for k, (second, gpus, parked) in enumerate(jobs):
-            job = QueuedJob(
-                key=("Job", line, f"j{k}"),
-                uid=f"{line}-{k}",
-                resource_version="1",
-                priority=0,
-                created=f"2026-01-01T00:00:{second:02d}Z",
-                queue=line,
-                _demand={GPU: gpus * 1000} if gpus else {},
-            )
-            queue.upsert(job)
-            if parked:
-                queue.park(job, Parked())
+    queue, shares, rooms = _lines_with_rooms(spec)
     lines = queue.lines()
-
-    def claim(entry: tuple[Any, ...]) -> tuple[Any, ...]:
-        job = entry[-1]
-        need = job.demand.get(GPU, 0)
-        return (bool(need) and need > rooms[job.queue], shares[job.queue], entry[:-1])
 
     # The brute force: which entries each line has gone through when each job is visited.
     heads = {line: queue.entries(line) for line in lines}
@@ -163,7 +173,10 @@ def test_the_line_whose_head_has_the_best_claim_goes_next_parked_heads_included(
     passed: list[set[int]] = []
     gone: set[int] = set()
     while any(heads.values()):
-        best = min((entries[0] for entries in heads.values() if entries), key=claim)
+        best = min(
+            (entries[0] for entries in heads.values() if entries),
+            key=lambda e: _head_claim(e, shares, rooms),
+        )
         heads[best[-1].queue].pop(0)
         gone.add(id(best))
         if best[-1].park is None:
@@ -200,26 +213,7 @@ def test_claims_follow_admissions_in_the_middle_of_the_walk(
 ) -> None:
     """Admitting a visited job takes its demand out of its line's guarantee room (the ledger
     moves): from there every head is judged against the new rooms, as the brute force does."""
-    queue = JobQueue()
-    queue.classify_by([GPU])
-    shares: dict[str, float] = {}
-    rooms: dict[str, int] = {}
-    for i, (jobs, share, room) in enumerate(spec):
-        line = f"q{i}"
-        shares[line], rooms[line] = share, room * 1000
-        for k, (second, gpus, parked) in enumerate(jobs):
-            job = QueuedJob(
-                key=("Job", line, f"j{k}"),
-                uid=f"{line}-{k}",
-                resource_version="1",
-                priority=0,
-                created=f"2026-01-01T00:00:{second:02d}Z",
-                queue=line,
-                _demand={GPU: gpus * 1000} if gpus else {},
-            )
-            queue.upsert(job)
-            if parked:
-                queue.park(job, Parked())
+    queue, shares, rooms = _lines_with_rooms(spec)
     lines = queue.lines()
     start = dict(rooms)
     ledger = _Rooms(shares, rooms)
@@ -237,11 +231,7 @@ def test_claims_follow_admissions_in_the_middle_of_the_walk(
     while any(heads.values()):
         best = min(
             (entries[0] for entries in heads.values() if entries),
-            key=lambda e: (
-                bool(e[-1].demand.get(GPU, 0)) and e[-1].demand.get(GPU, 0) > rooms[e[-1].queue],
-                shares[e[-1].queue],
-                e[:-1],
-            ),
+            key=lambda e: _head_claim(e, shares, rooms),
         )
         heads[best[-1].queue].pop(0)
         if best[-1].park is None:
@@ -285,17 +275,7 @@ def test_a_head_within_its_queue_s_guarantee_goes_before_an_older_head_that_woul
         ("team-c", "c-cpu", 3, {"cpu": 4000}),
         ("team-c", "c-gpu", 4, {GPU: 1000}),
     ):
-        queue.upsert(
-            QueuedJob(
-                key=("Job", line, name),
-                uid=name,
-                resource_version="1",
-                priority=0,
-                created=f"2026-01-01T00:00:{second:02d}Z",
-                queue=line,
-                _demand=demand,
-            )
-        )
+        queue.upsert(_queued(line, name, second, demand))
     order = [job.key[2] for job in Walk(queue, queue.lines(), ledger)]
     # team-c's CPU head is within (cpu is not limited), ahead of every borrowing head; then
     # b-head (within); then the borrowers by share (equal: 0) and age.
@@ -315,15 +295,7 @@ def test_lines_keep_how_far_their_claim_took_them_when_another_claim_is_walked()
         ("q0", "p0", 1, 2, True),
         ("q0", "a1", 2, 0, False),
     ):
-        job = QueuedJob(
-            key=("Job", line, name),
-            uid=name,
-            resource_version="1",
-            priority=0,
-            created=f"2026-01-01T00:00:{second:02d}Z",
-            queue=line,
-            _demand={GPU: gpus * 1000} if gpus else {},
-        )
+        job = _queued(line, name, second, {GPU: gpus * 1000} if gpus else {})
         queue.upsert(job)
         if parked:
             queue.park(job, Parked())
