@@ -375,6 +375,21 @@ def _same_verdict(q: QuotaLedger, model: QuotaModel, leaf: str, demand: dict[str
     return verdict.allowed
 
 
+def _charge_both(
+    q: QuotaLedger, model: QuotaModel, name: str, leaf: str, demand: dict[str, int]
+) -> JobKey:
+    """An admission, in both books; its key, for a later release."""
+    key = job(name)
+    q.charge(key, leaf, demand)
+    model.charge(key, leaf, demand)
+    return key
+
+
+def _release_both(q: QuotaLedger, model: QuotaModel, key: JobKey) -> None:
+    q.release(key)
+    model.release(key)
+
+
 def _agree(objs: list[dict[str, Any]], steps: Steps, probes: tuple[int, ...] = ()) -> None:
     """Ledger and model side by side: every verdict the same (also, before each step, for
     ``probes`` GPUs in every leaf), then every guarantee left taken by both (which also checks
@@ -386,15 +401,12 @@ def _agree(objs: list[dict[str, Any]], steps: Steps, probes: tuple[int, ...] = (
             for n in probes:
                 _same_verdict(q, model, leaf, {GPU: n * G})
         if release and admitted:
-            key = admitted.pop(which % len(admitted))
-            q.release(key)
-            model.release(key)
+            _release_both(q, model, admitted.pop(which % len(admitted)))
             continue
         leaf = model.leaves[which % len(model.leaves)]
         demand = _demand(g, c)
         if _same_verdict(q, model, leaf, demand):
-            q.charge(job(f"j{i}"), leaf, demand)
-            model.charge(job(f"j{i}"), leaf, demand)
+            admitted.append(_charge_both(q, model, f"j{i}", leaf, demand))
     _guarantees_all_reachable(q, model, judge=True)
 
 
@@ -405,9 +417,7 @@ def _hold(objs: list[dict[str, Any]], steps: Steps) -> None:
     admitted: list[JobKey] = []
     for i, (which, g, c, release) in enumerate(steps):
         if release and admitted:
-            key = admitted.pop(which % len(admitted))
-            q.release(key)
-            model.release(key)
+            _release_both(q, model, admitted.pop(which % len(admitted)))
             continue
         leaf = model.leaves[which % len(model.leaves)]
         demand = _demand(g, c)
@@ -419,8 +429,7 @@ def _hold(objs: list[dict[str, Any]], steps: Steps) -> None:
             context = (leaf, {r: v // G for r, v in requested.items()}, model.describe())
             assert verdict.allowed, ("refused within its own min", *context, verdict.reason)
         if verdict.allowed:
-            q.charge(job(f"j{i}"), leaf, demand)
-            model.charge(job(f"j{i}"), leaf, demand)
+            admitted.append(_charge_both(q, model, f"j{i}", leaf, demand))
         for r in RESOURCES:
             used = model.used(r)
             for name, limits in model.max.items():
