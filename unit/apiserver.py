@@ -20,6 +20,7 @@ from aiohttp import web
 
 from kubequeue.kube.client import KubeClient, PoolLimits, open_client
 from kubequeue.kube.kubeconfig import ClusterAccess
+from unit.jsonpatch import NOT_APPLIED, PatchFailed, apply_patch
 
 
 @asynccontextmanager
@@ -141,6 +142,12 @@ class FakeApi:
         current = self.objects.get(path)
         if current is None:
             return _status(404, "NotFound", f"{path} not found")
+        if request.content_type == "application/json-patch+json":
+            try:
+                patched = apply_patch(current, body)
+            except PatchFailed:
+                return _status(422, "Invalid", NOT_APPLIED)
+            return web.json_response(self.put(path, patched))
         expected = (body.get("metadata") or {}).get("resourceVersion")
         if expected and expected != current["metadata"]["resourceVersion"]:
             return _status(409, "Conflict", "the object has been modified")

@@ -25,6 +25,7 @@ import anyio
 import anyio.lowlevel
 
 from kubequeue.kube.client import ApiError, TransportError
+from unit.jsonpatch import NOT_APPLIED, PatchFailed, apply_patch
 
 FAILURES = ("refuse", "drop", "hang", "reject")
 
@@ -140,6 +141,17 @@ class FakeClient:
             patch = copy.deepcopy(dict(body))
             patch.get("metadata", {}).pop("resourceVersion", None)
             return self.store.put(path, _merge(current, patch))
+
+        return await self._fail_or_apply("PATCH", path, apply)
+
+    async def json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        def apply() -> dict[str, Any]:
+            current = self.store.get(path)
+            try:
+                patched = apply_patch(current, ops)
+            except PatchFailed:
+                raise ApiError(422, "Invalid", NOT_APPLIED, path) from None
+            return self.store.put(path, patched)
 
         return await self._fail_or_apply("PATCH", path, apply)
 

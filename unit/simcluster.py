@@ -77,14 +77,13 @@ def gpu_job(name: str, ns: str, gpus: int, second: int, **kw: Any) -> dict[str, 
     )
 
 
-def admitted_annotations(kept: Mapping[str, str], patch: Mapping[str, Any]) -> dict[str, str]:
-    """A job's annotations once the API server applied its admission write: ``kept`` merged
-    with the writer's own body (kube/writer.py; a None value removes one). Taken from the writer,
-    not restated, so that a simulated admission keeps and drops exactly what a real one does
-    (admitted-at "now" here)."""
-    body = writer.admission_body(patch, "", "now")
+def admitted_annotations(kept: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """A job's annotations once the API server applied its admission write: ``kept`` with the
+    writer's own annotations (kube/writer.py; a None value removes one), ``extra`` being the
+    job's ``admission_annotations``. Taken from the writer, not restated, so that a simulated
+    admission keeps and drops exactly what a real one does (admitted-at "now" here)."""
     annotations = dict(kept)
-    for name, value in body["metadata"]["annotations"].items():
+    for name, value in writer.admission_annotations(extra, "now").items():
         if value is None:
             annotations.pop(name, None)
         else:
@@ -151,7 +150,7 @@ class Cluster:
             # Its own annotations (kube-queue.io/preemptible among them), what kube-queue wrote
             # when it stopped it, and what the admission write changes.
             own = {**obj["metadata"]["annotations"], **self.kept.get(name, {})}
-            obj["metadata"]["annotations"] = admitted_annotations(own, a.job.admission_patch)
+            obj["metadata"]["annotations"] = admitted_annotations(own, a.job.admission_annotations)
             self.objects[name] = obj
             self.tracker.admission_succeeded(a.job.key, JOB, obj)
             uids = []

@@ -254,11 +254,14 @@ def test_the_admission_patch_is_made_from_the_observed_object() -> None:
     }
     tracker.observe(tf, obj)
     [admission] = cycle.run().admitted
-    assert admission.job.admission_patch == {
-        "metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "false"}},
-        "spec": {"runPolicy": {"suspend": False}},
-    }
-    assert admission.job.resource_version == "7"
+    assert [dict(op) for op in admission.job.admission_ops] == [
+        {"op": "add", "path": "/metadata/annotations/scheduling.x-k8s.io~1suspend",
+         "value": "false"},
+        {"op": "add", "path": "/spec/runPolicy/suspend", "value": False},
+    ]
+    # ... and its precondition from the same object: what the decision read.
+    assert admission.job.guard.uid == "u"
+    assert dict(admission.job.guard.annotations or ())["scheduling.x-k8s.io/suspend"] == "true"
 
 
 class _BrokenAdapter(JobKind):

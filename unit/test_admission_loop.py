@@ -31,6 +31,7 @@ from kubequeue.labels import (
     GAVE_UP,
     PREEMPTED_BY,
     PREEMPTIBLE,
+    QUEUE_LABEL,
     REQUEUED_AT,
     REQUEUES,
     STOPPED,
@@ -42,6 +43,7 @@ from kubequeue.resources import GPU
 from unit import builders as b
 from unit.clock import wait_until
 from unit.fakes import FakeClient
+from unit.jsonpatch import NOT_APPLIED
 
 JOB = JobKind()
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
@@ -201,8 +203,27 @@ async def test_without_an_observation_a_fresh_read_settles_an_applied_write() ->
 
 
 async def test_an_observation_of_a_newer_suspended_job_releases_and_requeues_it() -> None:
-    """The write did not apply and the user changed the job meanwhile: the job waits again and
-    is decided anew from its latest version."""
+    """The write did not apply and the user changed the job's spec meanwhile (so the write can
+    no longer apply): the job waits again and is decided anew from its latest version."""
+    w = World()
+    w.client.fail["PATCH"] = ["cut"]
+    async with running(w):
+        w.submit("a")
+        await wait_until(lambda: w.in_doubt("a"))
+        obj = w.client.store.get(f"{JOBS}/a")
+        obj["metadata"]["generation"] = 2
+        w.client.store.put(f"{JOBS}/a", obj)
+        w.see("a")
+        await wait_until(lambda: w.running("a"))
+    assert w.patches("a") == 2
+    assert w.admitted_writes("a") == 1
+    assert ("LIST", JOBS) not in w.client.calls
+
+
+async def test_a_newer_version_the_write_still_applies_to_does_not_settle_it() -> None:
+    """A status write (or a label nobody reads) moves the resourceVersion but not what the
+    decision read: the write in doubt could still apply, so the job keeps its hold until a
+    fresh read; the write is then sent again, and exactly one copy applies."""
     w = World()
     w.client.fail["PATCH"] = ["cut"]
     async with running(w):
@@ -210,12 +231,15 @@ async def test_an_observation_of_a_newer_suspended_job_releases_and_requeues_it(
         await wait_until(lambda: w.in_doubt("a"))
         obj = w.client.store.get(f"{JOBS}/a")
         obj["metadata"]["labels"]["edited"] = "yes"
+        obj["status"] = {"conditions": [{"type": "Suspended", "status": "True"}]}
         w.client.store.put(f"{JOBS}/a", obj)
         w.see("a")
+        await anyio.sleep(0.05)
+        assert w.in_doubt("a") and w.holding("a"), "not settled by a version it still fits"
         await wait_until(lambda: w.running("a"))
+    assert ("LIST", JOBS) in w.client.calls  # the fresh read after settle_timeout
     assert w.patches("a") == 2
     assert w.admitted_writes("a") == 1
-    assert ("LIST", JOBS) not in w.client.calls
 
 
 async def test_a_job_deleted_while_in_doubt_frees_its_capacity() -> None:
@@ -352,27 +376,33 @@ async def test_cancelled_before_sending_is_undone_as_before() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "reason", "warned"),
-    [(409, "Conflict", False), (500, "InternalError", True), (403, "Forbidden", True)],
+    ("status", "reason", "message", "warned"),
+    [
+        (409, "Conflict", "no", False),
+        (422, "Invalid", NOT_APPLIED, False),  # a failed precondition test: decided again
+        (422, "Invalid", "spec.suspend: Invalid value", True),  # validation: a real refusal
+        (500, "InternalError", "no", True),
+        (403, "Forbidden", "no", True),
+    ],
 )
 async def test_a_refusal_is_undone_and_the_job_waits_again(
-    status: int, reason: str, warned: bool
+    status: int, reason: str, message: str, warned: bool
 ) -> None:
     from kubequeue.kube.client import ApiError
 
     w = World()
     calls = 0
-    original = w.client.merge_patch
+    original = w.client.json_patch
 
-    async def refuse_once(path: str, body: Any) -> Any:
+    async def refuse_once(path: str, ops: Any) -> Any:
         nonlocal calls
         calls += 1
         if calls == 1:
             w.client.calls.append(("PATCH", path))
-            raise ApiError(status, reason, "no", path)
-        return await original(path, body)
+            raise ApiError(status, reason, message, path)
+        return await original(path, ops)
 
-    w.client.merge_patch = refuse_once  # type: ignore[method-assign]
+    w.client.json_patch = refuse_once  # type: ignore[method-assign]
     before = errors(reason)
     async with running(w):
         w.submit("a")
@@ -436,26 +466,36 @@ async def test_a_follow_up_cut_off_by_leadership_loss_is_kept_for_the_next_term(
 # ----------------------------------------------------------------- the tracker's rule, alone
 
 
-@pytest.mark.parametrize("admitted", [False, True])
-def test_only_an_observation_newer_than_the_version_written_on_settles(admitted: bool) -> None:
+@pytest.mark.parametrize("change", ["admitted", "spec", "queue label", "status", "other label"])
+def test_only_an_observation_the_write_can_no_longer_apply_to_settles(change: str) -> None:
     w = World()
     w.submit("a")
     [admission] = w.loop.cycle.run().admitted
-    written_on = admission.job.resource_version
     outcomes: list[bool] = []
-    w.tracker.admission_unknown(key("a"), written_on, outcomes.append)
+    w.tracker.admission_unknown(key("a"), admission.job.guard, outcomes.append)
     w.see("a")  # a relist replaying the object the decision was made on
     assert outcomes == []
     assert w.in_doubt("a")
     assert w.loop.cycle.run().admitted == []  # in flight: not decided again
     obj = w.client.store.get(f"{JOBS}/a")
-    if admitted:
+    if change == "admitted":
         obj["spec"]["suspend"] = False
         obj["metadata"]["annotations"][ADMITTED_AT] = "now"
+    elif change == "spec":
+        obj["metadata"]["generation"] = 2
+    elif change == "queue label":
+        obj["metadata"]["labels"][QUEUE_LABEL] = "team-b"
+    elif change == "status":
+        obj["status"] = {"conditions": [{"type": "Suspended", "status": "True"}]}
     else:
         obj["metadata"]["labels"]["edited"] = "yes"
     w.client.store.put(f"{JOBS}/a", obj)
     w.see("a")
+    if change in ("status", "other label"):  # the write could still apply: says nothing
+        assert outcomes == []
+        assert w.in_doubt("a") and w.holding("a")
+        return
+    admitted = change == "admitted"
     assert outcomes == [admitted]
     assert key("a") not in w.tracker.inflight
     assert not w.tracker.unknown

@@ -10,6 +10,7 @@ import json
 import socket
 import ssl
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -32,9 +33,11 @@ from kubequeue.kube.client import (
 )
 from kubequeue.kube.credentials import Credentials
 from kubequeue.kube.informer import Informer, dict_codec
-from kubequeue.labels import ADMITTED_AT
+from kubequeue.labels import ADMITTED_AT, QUEUE_LABEL
+from kubequeue.precondition import guard_of, merge_ops
 from unit.apiserver import FakeApi, access, client_for, raw_server, read_request, serve
 from unit.clock import wait_until
+from unit.jsonpatch import PatchFailed, apply_patch
 
 PATH = "/apis/batch/v1/namespaces/default/jobs/j"
 PATCH = {"metadata": {"resourceVersion": "1"}, "spec": {"suspend": False}}
@@ -238,40 +241,62 @@ def test_only_a_timeout_answer_leaves_a_write_in_doubt(
 
 async def test_the_writer_patches_with_a_precondition_and_reads_with_list_only() -> None:
     api = FakeApi()
-    job = api.put(PATH, {"metadata": {"name": "j", "annotations": {}}, "spec": {"suspend": True}})
+    job = api.put(PATH, {"metadata": {"name": "j", "uid": "u1", "generation": 1,
+                                      "annotations": {}}, "spec": {"suspend": True}})
     info = JobKind().info
+    guard = guard_of(job)
+    kind_ops = merge_ops(job, {"spec": {"suspend": False}})
     async with serve(api.app) as url, client_for(url) as client:
-        rv = job["metadata"]["resourceVersion"]
-        admitted = await writer.admit(
-            client, info, "default", "j", rv, {"spec": {"suspend": False}}
-        )
+        # A status write moves the resourceVersion: not something the decision read.
+        api.put(PATH, {**job, "status": {"conditions": [{"type": "Suspended"}]}})
+        admitted = await writer.admit(client, info, "default", "j", guard, kind_ops, {})
         assert admitted["spec"]["suspend"] is False
         assert ADMITTED_AT in admitted["metadata"]["annotations"]
         with pytest.raises(ApiError) as again:  # the same write twice: the precondition holds
-            await writer.admit(client, info, "default", "j", rv, {"spec": {"suspend": False}})
+            await writer.admit(client, info, "default", "j", guard, kind_ops, {})
         assert again.value.conflict
         read = await writer.read(client, info, "default", "j")
         assert read is not None
         assert read["metadata"]["resourceVersion"] == admitted["metadata"]["resourceVersion"]
         assert await writer.read(client, info, "default", "missing") is None
+        # A change the decision did read (the queue label) makes it refused too.
+        other = api.put(f"{PATH}2", {"metadata": {"name": "j2", "uid": "u2", "generation": 1},
+                                     "spec": {"suspend": True}})
+        stale = guard_of(other)
+        api.put(f"{PATH}2", {**other, "metadata": {**other["metadata"],
+                                                   "labels": {QUEUE_LABEL: "team-b"}}})
+        with pytest.raises(ApiError) as moved:
+            await writer.admit(client, info, "default", "j2", stale, kind_ops, {})
+        assert moved.value.conflict and moved.value.status == 422
     # Only list (a GET on the collection), never a GET on the object: RBAC grants no "get".
     assert ("GET", PATH) not in api.requests
 
 
-def test_a_write_body_never_aliases_the_kind_patch_it_is_built_from() -> None:
-    """Kinds' patches are shared between jobs: building one job's body must leave the shared
-    patch as it was (a resourceVersion or annotation of one job leaking into the next one's)."""
-    patch = {"metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "false"}},
-             "spec": {"runPolicy": {"suspend": False}}}
-    before = json.dumps(patch, sort_keys=True)
-    body = writer.admission_body(patch, "42", "2026-12-04T00:00:00Z")
-    assert json.dumps(patch, sort_keys=True) == before
-    assert body["metadata"]["resourceVersion"] == "42"
-    assert body["metadata"]["annotations"] == {
-        "scheduling.x-k8s.io/suspend": "false", ADMITTED_AT: "2026-12-04T00:00:00Z",
-        "kube-queue.io/preempted-by": None}  # null: a job admitted again is not preempted
-    body["spec"]["runPolicy"]["suspend"] = True  # a later edit of the body stays in the body
-    assert json.dumps(patch, sort_keys=True) == before
+def test_a_write_body_never_aliases_the_kind_ops_it_is_built_from() -> None:
+    """Kinds' ops are shared between jobs: building one job's body must leave the shared ops as
+    they were (a value of one job leaking into the next one's)."""
+    obj = {"metadata": {"uid": "u", "generation": 3,
+                        "annotations": {"scheduling.x-k8s.io/suspend": "true",
+                                        "kube-queue.io/preempted-by": "Job/a/b"}},
+           "spec": {"runPolicy": {"suspend": True}}}
+    kind_ops = tuple(MappingProxyType(op) for op in merge_ops(obj, {
+        "metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "false"}},
+        "spec": {"runPolicy": {"suspend": False}}}))
+    before = json.dumps([dict(op) for op in kind_ops], sort_keys=True)
+    guard = guard_of(obj)
+    ops = writer.admission_ops(
+        guard, kind_ops, writer.admission_annotations({}, "2026-12-04T00:00:00Z"))
+    assert json.dumps([dict(op) for op in kind_ops], sort_keys=True) == before
+    admitted = apply_patch(obj, ops)
+    assert admitted["metadata"]["annotations"] == {
+        "scheduling.x-k8s.io/suspend": "false", ADMITTED_AT: "2026-12-04T00:00:00Z"
+    }  # preempted-by removed: a job admitted again is not preempted
+    assert admitted["spec"]["runPolicy"]["suspend"] is False
+    with pytest.raises(PatchFailed):  # the same write again: it tests admitted-at is absent
+        apply_patch(admitted, ops)
+    for op in ops:
+        op["value"] = "edited"  # a later edit of the body stays in the body
+    assert json.dumps([dict(op) for op in kind_ops], sort_keys=True) == before
 
 
 async def test_the_rate_limit_lets_a_burst_through_then_paces_requests() -> None:

@@ -237,8 +237,8 @@ class World:
             elsewhere = names[op[3] % len(names)] if kind == "misbind" and names else None
             name = a.job.key[2]
             obj = self.job_obj(name, suspend=False)
-            patch = a.job.admission_patch
-            annotations = admitted_annotations(obj["metadata"]["annotations"], patch)
+            extra = a.job.admission_annotations
+            annotations = admitted_annotations(obj["metadata"]["annotations"], extra)
             obj["metadata"]["annotations"] = annotations
             self.kept[name] = {k: v for k, v in annotations.items() if k != ADMITTED_AT}
             self.versions[name] += 1

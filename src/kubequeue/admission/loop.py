@@ -9,17 +9,20 @@ reserved their capacity; the next cycle can run while they are in flight. What h
 write depends on what is known about it:
 
 - applied (2xx): the job is admitted, its hold tracked;
-- refused by the server (409, 404, 4xx, most 5xx): undone - hold released, job back in line;
+- refused by the server (a failed precondition, 404, 4xx, most 5xx): undone - hold released,
+  job back in line;
 - never sent (the connection could not be made, or leadership was lost before sending): the job
   keeps its hold and the same write is sent again after a jittered backoff, or, if leadership
   was lost, it is undone;
 - outcome unknown (the connection broke after sending, a timeout, or leadership lost mid-write):
   the write may have been applied, so the job keeps its hold and stays in flight (no cycle
-  considers it) until an observation of it newer than the version written on settles it
-  (JobTracker.admission_unknown). If none arrives within ``settle_timeout`` (plus jitter), a
-  fresh read decides: a newer object settles it the same way, no object means it is gone, and
-  the unchanged object means the write was not applied, so it is sent again - safe, because
-  its resourceVersion precondition lets at most one copy apply. A read that fails is retried with
+  considers it) until an observation settles it: admitted, or changed so that the write's
+  precondition can no longer pass (JobTracker.admission_unknown). If none arrives within
+  ``settle_timeout`` (plus jitter), a fresh read decides: such an object settles it the same
+  way, no object means it is gone, and a still-suspended object the precondition matches means
+  the write was not applied (yet), so it is sent again - safe, because the precondition tests
+  that the job is not admitted already, which lets at most one copy apply (precondition.py).
+  A read that fails is retried with
   backoff, the hold kept meanwhile. Unknown outcomes left by a previous term as leader are
   resumed when the loop starts.
 
@@ -182,8 +185,9 @@ class AdmissionLoop:
                             adapter.info,
                             namespace,
                             name,
-                            job.resource_version,
-                            job.admission_patch,
+                            job.guard,
+                            job.admission_ops,
+                            job.admission_annotations,
                         )
                 except KubeError as exc:
                     if settled is not None and settled.is_set():
@@ -235,7 +239,7 @@ class AdmissionLoop:
             event.set()
             self._report_settled(admission, admitted)
 
-        self.tracker.admission_unknown(key, admission.job.resource_version, on_settled)
+        self.tracker.admission_unknown(key, admission.job.guard, on_settled)
         if key not in self.tracker.unknown:  # no longer in flight: the tracker has let it go
             self._unknown.pop(key, None)
             event.set()

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, cast
 
 import msgspec
@@ -43,6 +44,7 @@ from kubequeue.labels import (
     REQUEUES,
 )
 from kubequeue.observability import metrics
+from kubequeue.precondition import Guard, JsonPatch, guard_of, merge_ops
 from kubequeue.queueing.queue import JobQueue, QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
 from kubequeue.queueing.spec import QueueSpec
@@ -141,7 +143,7 @@ class JobTracker:
         self.victims: dict[JobKey, JobKey] = {}
         # In-flight jobs whose admission write may or may not have been applied (see
         # admission_unknown): key -> (resourceVersion it was conditioned on, whom to tell).
-        self.unknown: dict[JobKey, tuple[str, Callable[[bool], None]]] = {}
+        self.unknown: dict[JobKey, tuple[Guard, Callable[[bool], None]]] = {}
 
     def register(self, adapter: JobAdapter) -> None:
         self.adapters[adapter.info.kind] = adapter
@@ -435,9 +437,8 @@ class JobTracker:
                 job.created, job.created_epoch = stamp, job.requeued_epoch
         class_name: str | None = None
         try:
-            patch = _shared(adapter.admission_patch(obj))
-            if patch is not None:
-                job.admission_patch = patch
+            job.guard = guard_of(obj)
+            job.admission_ops = _shared_ops(merge_ops(obj, adapter.admission_patch(obj)))
             class_name = adapter.priority_class_name(obj)
             job.pod_sets = adapter.pod_sets(obj)
         except DemandError as exc:
@@ -605,15 +606,10 @@ class JobTracker:
         if job.queue:
             # Recorded on the job with the admission itself: where its usage counts, and
             # whether it is borrowed quota (what a reclaim may take back), survive restarts.
-            patch = dict(job.admission_patch)
-            meta = dict(patch.get("metadata") or {})
-            meta["annotations"] = {
-                **(meta.get("annotations") or {}),
+            job.admission_annotations = {
                 QUEUE_ANNOTATION: job.queue,
                 BORROWING: "true" if borrowing else "false",
             }
-            patch["metadata"] = meta
-            job.admission_patch = patch
 
     def admission_succeeded(self, key: JobKey, adapter: JobAdapter, obj: Obj) -> None:
         self.inflight.pop(key, None)
@@ -633,24 +629,29 @@ class JobTracker:
         self._changed()
 
     def admission_unknown(
-        self, key: JobKey, resource_version: str, on_settled: Callable[[bool], None]
+        self, key: JobKey, guard: Guard, on_settled: Callable[[bool], None]
     ) -> None:
         """The admission write for an in-flight job got no answer: it may have been applied.
 
         Releasing the hold now could hand the same capacity to another job while this one
-        starts, so the job stays in flight, holding, until an observation settles it: the object
-        at ``resource_version`` (the one the write was conditioned on, replayed by a relist)
-        says nothing; any newer version says what happened, since the precondition means the
-        write can no longer apply after it; deletion ends it. The observation is then judged as
-        usual (suspended: queued, hold released; admitted: hold tracked) and ``on_settled``
-        is told whether the job was admitted.
+        starts, so the job stays in flight, holding, until an observation settles it. A
+        still-suspended object that ``guard`` (the write's precondition) still matches says
+        nothing: the write may yet apply to it. Anything else says what happened: admitted, or
+        changed so that the write's tests can no longer pass (precondition.py); deletion ends
+        it. The observation is then judged as usual (suspended: queued, hold released;
+        admitted: hold tracked) and ``on_settled`` is told whether the job was admitted.
         """
         if key in self.inflight:
-            self.unknown[key] = (resource_version, on_settled)
+            self.unknown[key] = (guard, on_settled)
 
     def _settle(self, key: JobKey, adapter: JobAdapter | None, obj: Obj | None) -> None:
-        resource_version, on_settled = self.unknown[key]
-        if obj is not None and str(dig(obj, "metadata", "resourceVersion")) == resource_version:
+        guard, on_settled = self.unknown[key]
+        if (
+            obj is not None
+            and adapter is not None
+            and adapter.is_suspended(obj)
+            and guard_of(obj) == guard
+        ):
             return
         del self.unknown[key]
         self.inflight.pop(key, None)
@@ -805,6 +806,20 @@ def _shared(patch: dict[str, Any] | None) -> dict[str, Any] | None:
         found = patch
         if len(_PATCHES) < 1024:
             _PATCHES[key] = found
+    return found
+
+
+# Identical JSON-patch ops likewise (a kind's admission change is one of a handful).
+_OPS: dict[bytes, tuple[Mapping[str, Any], ...]] = {}
+
+
+def _shared_ops(ops: JsonPatch) -> tuple[Mapping[str, Any], ...]:
+    key = msgspec.json.encode(ops)
+    found = _OPS.get(key)
+    if found is None:
+        found = tuple(MappingProxyType(op) for op in ops)
+        if len(_OPS) < 1024:
+            _OPS[key] = found
     return found
 
 

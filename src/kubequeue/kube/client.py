@@ -61,6 +61,11 @@ __all__ = [
 
 _JSON = "application/json"
 _MERGE_PATCH = "application/merge-patch+json"
+_JSON_PATCH = "application/json-patch+json"
+# What the API server says, with 422, when a JSON patch does not apply: one of its ``test`` ops
+# failed or a path it names is missing. The message carries nothing more specific (field
+# validation failures carry their causes in another message).
+_PATCH_NOT_APPLIED = "the server rejected our request due to an error in our request"
 # Ordinary requests: connect fast, never hang a decision on a silent socket.
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30, sock_connect=10)
 _USER_AGENT = f"kube-queue/{__version__}"
@@ -105,7 +110,9 @@ class ApiError(KubeError):
 
     @property
     def conflict(self) -> bool:
-        return self.status == 409
+        """The object is not what the write was conditioned on: a stale resourceVersion (409),
+        or a JSON patch whose tests failed (422, see _PATCH_NOT_APPLIED)."""
+        return self.status == 409 or (self.status == 422 and self.message == _PATCH_NOT_APPLIED)
 
     @property
     def not_found(self) -> bool:
@@ -353,13 +360,15 @@ class KubeClient:
         path: str,
         *,
         query: Sequence[tuple[str, str]] = (),
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | list[Any] | None = None,
         content_type: str = _JSON,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
         api: Pool | None = None,
     ) -> aiohttp.ClientResponse:
         """The raw response, whatever its status, or TransportError."""
-        data = msgspec.json.encode(dict(body)) if body is not None else None
+        data = None
+        if body is not None:
+            data = msgspec.json.encode(body if isinstance(body, list) else dict(body))
         try:
             return await (api if api is not None else self._api).send(
                 method, path, query, data, content_type, timeout
@@ -377,7 +386,7 @@ class KubeClient:
         path: str,
         *,
         query: Sequence[tuple[str, str]] = (),
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | list[Any] | None = None,
         content_type: str = _JSON,
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
     ) -> bytes:
@@ -414,6 +423,13 @@ class KubeClient:
     async def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch; ``metadata.resourceVersion`` in the body is a precondition."""
         data = await self.request("PATCH", path, body=body, content_type=_MERGE_PATCH)
+        result: dict[str, Any] = msgspec.json.decode(data)
+        return result
+
+    async def json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON patch (RFC 6902), applied atomically; its ``test`` ops are preconditions (a
+        failed one raises an ApiError whose ``conflict`` is true)."""
+        data = await self.request("PATCH", path, body=ops, content_type=_JSON_PATCH)
         result: dict[str, Any] = msgspec.json.decode(data)
         return result
 

@@ -1,22 +1,26 @@
-"""The admission write: one merge patch, guarded by the resourceVersion the decision was made on.
+"""The writes kube-queue makes to jobs, each conditioned on what its decision read.
 
-The precondition is what makes "never admit twice" hold across restarts and replicas: if the job
-changed after we read it (another replica admitted it, a user edited it), the server answers 409
-and we re-decide from the newer object instead of acting on a stale one. It also makes a write
-whose answer was lost safe to repeat: if the first one was applied, the repeat gets 409.
+The preconditions are what make "never admit twice" hold across restarts and replicas: if the
+job changed after we read it (another replica admitted it, a user edited it), the server refuses
+and we re-decide from the newer object instead of acting on a stale one. They also make a write
+whose answer was lost safe to repeat: if the first one was applied, the repeat is refused. The
+admission is a JSON patch whose tests hold exactly what the decision read (precondition.py), so
+the job's own controller writing its status does not make it fail; stop and mark carry the
+resourceVersion they were judged on.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubequeue.identity import KindInfo
 from kubequeue.kube.client import ApiError, KubeClient
 from kubequeue.labels import ADMITTED_AT, PREEMPTED_BY
+from kubequeue.precondition import Guard, JsonPatch, annotation_ops, guard_tests
 
-__all__ = ["admission_body", "admit", "mark", "read", "stop"]
+__all__ = ["admission_annotations", "admission_ops", "admit", "mark", "read", "stop"]
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -32,20 +36,20 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
     return base
 
 
-def admission_body(patch: Mapping[str, Any], resource_version: str, now: str) -> dict[str, Any]:
-    """The kind's patch plus admitted-at, and ``preempted-by`` removed (null): a job admitted
-    again is no longer stopped for anyone, and a running job must not say it was preempted.
-    In this very write, so no moment exists where the job runs with the stale mark."""
-    body = _deep_merge({}, patch)
-    return _deep_merge(
-        body,
-        {
-            "metadata": {
-                "resourceVersion": resource_version,
-                "annotations": {ADMITTED_AT: now, PREEMPTED_BY: None},
-            }
-        },
-    )
+def admission_annotations(extra: Mapping[str, str], now: str) -> dict[str, str | None]:
+    """The annotations an admission writes: admitted-at, the kind-independent ``extra`` (the
+    queue it was admitted into), and ``preempted-by`` removed (None): a job admitted again is no
+    longer stopped for anyone, and a running job must not say it was preempted. In this very
+    write, so no moment exists where the job runs with the stale mark."""
+    return {ADMITTED_AT: now, PREEMPTED_BY: None, **extra}
+
+
+def admission_ops(
+    guard: Guard, kind_ops: Sequence[Mapping[str, Any]], annotations: Mapping[str, str | None]
+) -> JsonPatch:
+    """The admission write: the guard's tests, then the kind's change, then our annotations."""
+    changes = [dict(op) for op in kind_ops]
+    return [*guard_tests(guard), *changes, *annotation_ops(guard, annotations, changes)]
 
 
 async def admit(
@@ -53,13 +57,15 @@ async def admit(
     info: KindInfo,
     namespace: str,
     name: str,
-    resource_version: str,
-    patch: Mapping[str, Any],
+    guard: Guard,
+    kind_ops: Sequence[Mapping[str, Any]],
+    extra: Mapping[str, str],
 ) -> dict[str, Any]:
-    """Apply the kind's admission patch; returns the updated object, raises ApiError (409 etc.)."""
+    """Apply the kind's admission change, conditioned on ``guard`` (see precondition.py);
+    returns the updated object, raises ApiError (``conflict``: the job changed meanwhile)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    body = admission_body(patch, resource_version, now)
-    return await client.merge_patch(info.object_path(namespace, name), body)
+    ops = admission_ops(guard, kind_ops, admission_annotations(extra, now))
+    return await client.json_patch(info.object_path(namespace, name), ops)
 
 
 async def stop(

@@ -28,12 +28,13 @@ from sortedcontainers import SortedList
 
 from kubequeue.demand import PodSet, total_demand
 from kubequeue.identity import JobKey
+from kubequeue.precondition import NO_GUARD, Guard
 from kubequeue.resources import Resources
 
 __all__ = ["JobQueue", "Parked", "QueuedJob", "order_key"]
 
 OrderKey = tuple[int, str, str, str, str]
-_NO_PATCH: Mapping[str, Any] = MappingProxyType({})
+_NO_ANNOTATIONS: Mapping[str, str] = MappingProxyType({})
 
 
 class Parked:
@@ -61,11 +62,13 @@ class QueuedJob:
     created: str  # RFC 3339, which sorts correctly as text
     created_epoch: float = 0.0  # the same instant as seconds, for "how long has it waited"
     pod_sets: Sequence[PodSet] = ()
-    # The kind's admission patch, computed from the very object this entry was made from (the
-    # write carries that object's resourceVersion, so patch and precondition always match).
-    # Shared between jobs whose patches are equal (most kinds have one or two): never modified,
-    # only replaced.
-    admission_patch: Mapping[str, Any] = field(default_factory=lambda: _NO_PATCH)
+    # The admission write, made from the very object this entry was made from, so precondition
+    # and change always match: what the decision read (precondition.py), the kind's change as
+    # JSON-patch ops (shared between jobs whose ops are equal: never modified, only replaced)
+    # and the annotations of ours it adds besides admitted-at (the queue, set on admission).
+    guard: Guard = NO_GUARD
+    admission_ops: Sequence[Mapping[str, Any]] = ()
+    admission_annotations: Mapping[str, str] = field(default_factory=lambda: _NO_ANNOTATIONS)
     # Why the job cannot be considered at all (bad input); None when it can be.
     problem: str | None = None
     problem_reason: str = ""
