@@ -56,15 +56,14 @@ async def test_chart_lints() -> None:
 async def test_defaults_queue_only_jobs_with_least_privilege() -> None:
     rendered = await render()
     assert kinds_arg(rendered) == ["job"]
-    granted = {
-        (g, r): set(rule["verbs"])
-        for rule in rules(rendered)
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-    }
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in rules(rendered):
+        for g in rule["apiGroups"]:
+            for r in rule["resources"]:
+                granted.setdefault((g, r), set()).update(rule["verbs"])
     assert granted == {
         ("", "nodes"): {"list", "watch"},
-        ("", "pods"): {"list", "watch"},
+        ("", "pods"): {"list", "watch", "patch"},  # patch: pinning's gate and nodeSelector
         ("", "namespaces"): {"list", "watch"},
         ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
         ("kube-queue.io", "queues"): {"list", "watch"},
@@ -75,12 +74,27 @@ async def test_defaults_queue_only_jobs_with_least_privilege() -> None:
     [lease_role] = rendered["Role"]
     assert {tuple(r["verbs"]) for r in lease_role["rules"]} == {("create",), ("get", "update")}
     assert lease_role["rules"][1]["resourceNames"] == ["kube-queue"]
-    # No suspend-annotation kinds enabled and auto-queue off: the webhook has nothing to do.
+    # Pinning on, no suspend-annotation kinds and auto-queue off: the webhook only gates pods,
+    # of Jobs, never failing a pod's creation, nowhere in kube-system.
+    [config] = rendered["MutatingWebhookConfiguration"]
+    [hook] = config["webhooks"]
+    assert hook["clientConfig"]["service"]["path"] == "/mutate/pod-gate"
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["objectSelector"] == {
+        "matchExpressions": [{"key": "batch.kubernetes.io/job-name", "operator": "Exists"}]
+    }
+    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+    assert [r["resources"] for r in hook["rules"]] == [["pods"]]
+    args = rendered["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--webhook-port=9443" in args and "--no-pin-placement" not in args
+
+
+async def test_without_pinning_pods_are_neither_gated_nor_patchable() -> None:
+    rendered = await render("webhook.pinPlacement=false")
+    assert not [r for r in rules(rendered) if "patch" in r["verbs"] and "pods" in r["resources"]]
     assert "MutatingWebhookConfiguration" not in rendered
-    assert (
-        "--webhook-port=9443"
-        not in rendered["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    )
+    args = rendered["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-pin-placement" in args and "--webhook-port=9443" not in args
 
 
 @pytest.mark.parametrize("extension", sorted(EXTENSIONS))
@@ -103,7 +117,14 @@ async def test_each_extension_adds_its_kind_and_only_its_rbac(extension: str) ->
         for rule in hook["rules"]
         for r in rule["resources"]
     }
-    assert hooked == (set() if extension == "argo" else {resource})
+    assert hooked == ({"pods"} if extension == "argo" else {resource, "pods"})
+    pod_labels = [
+        hook["objectSelector"]["matchExpressions"][0]["key"]
+        for config in rendered["MutatingWebhookConfiguration"]
+        for hook in config["webhooks"]
+        if hook["clientConfig"]["service"]["path"] == "/mutate/pod-gate"
+    ]
+    assert pod_labels[0] == "batch.kubernetes.io/job-name" and len(pod_labels) == 2
 
 
 async def test_all_extensions_together() -> None:
@@ -122,7 +143,11 @@ async def test_all_extensions_together() -> None:
 
 
 async def test_pod_runs_as_non_root_read_only_with_probes_and_webhook_cert() -> None:
-    rendered = await render("webhook.autoQueue.enabled=true", "webhook.failurePolicy=Ignore")
+    rendered = await render(
+        "webhook.autoQueue.enabled=true",
+        "webhook.failurePolicy=Ignore",
+        "webhook.pinPlacement=false",
+    )
     [deployment] = rendered["Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True

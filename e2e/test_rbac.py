@@ -45,6 +45,7 @@ LEASES = "leases.coordination.k8s.io"
 ALLOWED = [
     Access("patch", "jobs.batch"),
     Access("watch", "pods"),
+    Access("patch", "pods"),  # pinning (on by default): the gate and the nodeSelector only
     Access("list", "nodes"),
     Access("create", "events"),
     Access("patch", "queues.kube-queue.io/status"),
@@ -55,7 +56,7 @@ ALLOWED = [
 DENIED = [
     Access("delete", "pods"),
     Access("create", "pods"),
-    Access("patch", "pods"),
+    Access("update", "pods"),
     Access("create", "pods/eviction"),
     Access("delete", "jobs.batch"),
     Access("create", "jobs.batch"),

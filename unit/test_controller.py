@@ -42,9 +42,9 @@ def test_sixty_watched_kind_namespace_pairs_get_their_own_connections() -> None:
         kinds=("job", "tfjob", "pytorchjob"), namespaces=tuple("abcdefghijklmnopqrst")
     )
     limits = pool_limits(settings)
-    # 60 kind/namespace pairs, plus nodes, pods, classes, namespaces and queues
-    assert watch_count(settings) == 65
-    assert limits.watches >= 65
+    # 60 kind/namespace pairs, plus nodes, bound and unbound pods, classes, namespaces, queues
+    assert watch_count(settings) == 66
+    assert limits.watches >= 66
     assert limits.requests >= settings.max_inflight
     assert limits.lease >= 1
 

@@ -86,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--webhook-host", default="0.0.0.0")
     run.add_argument(
+        "--pin-placement",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the webhook gates new pods of queued kinds and kube-queue pins each to the node "
+        "its job's plan held room on before ungating it (default on; needs Kubernetes >= 1.30 "
+        "and the webhook's pod rules; off: gates still present are removed without a pin)",
+    )
+    run.add_argument(
         "--webhook-cert-dir",
         default="/etc/kube-queue/webhook",
         help="directory holding tls.crt and tls.key for the webhook",
@@ -284,6 +292,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         webhook_port=args.webhook_port,
         webhook_host=args.webhook_host,
         webhook_cert_dir=args.webhook_cert_dir,
+        pin_placement=args.pin_placement,
         log_format=args.log_format,
         log_level=args.log_level,
         leader_elect=args.leader_elect,

@@ -26,10 +26,12 @@ import structlog
 
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.loop import AdmissionLoop
+from kubequeue.admission.pinner import Pinner
 from kubequeue.admission.preemption import PreemptionPolicy
 from kubequeue.admission.requeue import RequeuePolicy
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.pins import Pins
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.handlers import (
     JobHandler,
@@ -38,16 +40,18 @@ from kubequeue.handlers import (
     PodHandler,
     PriorityClassHandler,
     QueueHandler,
+    UnboundPodHandler,
     pod_owner_finder,
 )
 from kubequeue.health import HealthServer
 from kubequeue.kinds.registry import adapters_for
-from kubequeue.kube.client import KubeClient, PoolLimits, connect
+from kubequeue.kube.client import KubeClient, KubeError, PoolLimits, connect
 from kubequeue.kube.events import EventRecorder
 from kubequeue.kube.informer import Informer, dict_codec, struct_codec
 from kubequeue.kube.lease import LeaderElector
 from kubequeue.kube.queue_status import QUEUE_API, QueueStatusWriter
 from kubequeue.objects import Namespace, Node, Pod
+from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.settings import Settings, debug_listener
 from kubequeue.status import queue_rows, queue_status
@@ -60,16 +64,19 @@ log = structlog.get_logger(__name__)
 # Only pods that hold capacity: bound to a node and not finished. Pods leaving this set arrive
 # as DELETED, which is exactly when their capacity is freed.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Pods not bound yet (the gated ones among them wait for the pinner). Binding takes a pod out of
+# this set (DELETED here, ADDED to the watch above).
+UNBOUND_POD_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
 # Spare watch connections: a watch that ends is replaced at once, before its old connection may
 # have been closed.
 WATCH_HEADROOM = 8
 
 
 def watch_count(settings: Settings) -> int:
-    """Informers Controller runs, each holding one watch: nodes, pods, priority classes,
-    namespaces, queues, and one per job kind and namespace (one per kind when all namespaces are
-    watched)."""
-    return 5 + len(set(settings.kinds)) * max(1, len(settings.namespaces))
+    """Informers Controller runs, each holding one watch: nodes, bound and unbound pods,
+    priority classes, namespaces, queues, and one per job kind and namespace (one per kind when
+    all namespaces are watched)."""
+    return 6 + len(set(settings.kinds)) * max(1, len(settings.namespaces))
 
 
 def pool_limits(settings: Settings) -> PoolLimits:
@@ -113,6 +120,12 @@ class Controller:
         self.loop = AdmissionLoop(
             self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight
         )
+        self.pins = Pins(
+            self.cache, self.reservations, self.tracker.resolve_pod, self.tracker.is_admitted
+        )
+        self.pinner = Pinner(
+            self.pins, client, pin=settings.pin_placement, max_inflight=settings.max_inflight
+        )
         self.queues = QueueHandler(self.tracker)
         self.queue_status = QueueStatusWriter(
             client, self._desired_queue_status, lambda: self.queues.observed, self.events
@@ -153,6 +166,21 @@ class Controller:
                 struct_codec(Pod, lambda p: p.metadata.uid),
                 PodHandler(self.cache, self.tracker, pod_owner_finder(self.adapters)),
                 field_selector=POD_FIELD_SELECTOR,
+                watch_timeout=s.watch_timeout,
+            ),
+            Informer(
+                c,
+                "unbound-pods",
+                "/api/v1/pods",
+                struct_codec(Pod, lambda p: p.metadata.uid),
+                UnboundPodHandler(
+                    self.pins,
+                    self.tracker,
+                    pod_owner_finder(self.adapters),
+                    self.pinner.wake,
+                    metrics.PODS_UNPINNED_CREATED.inc,
+                ),
+                field_selector=UNBOUND_POD_FIELD_SELECTOR,
                 watch_timeout=s.watch_timeout,
             ),
             Informer(
@@ -231,8 +259,15 @@ class Controller:
                     probes=False,
                 )
                 tg.start_soon(views.run, name="debug-server")
+            if s.pin_placement:
+                await self._check_pinning_supported()
             if s.webhook_port:
-                webhook = WebhookServer(s.webhook_host, s.webhook_port, Path(s.webhook_cert_dir))
+                webhook = WebhookServer(
+                    s.webhook_host,
+                    s.webhook_port,
+                    Path(s.webhook_cert_dir),
+                    gate_pods=self.pinner.pin,
+                )
                 tg.start_soon(webhook.run, name="webhook-server")
             tg.start_soon(self.events.run, name="event-writer")
             # One at a time, capacity first: an admitted job seen before the nodes and pods it
@@ -254,6 +289,25 @@ class Controller:
                 tg.start_soon(elector.run, self._lead, name="leader-election")
             else:
                 tg.start_soon(self._lead, name="leading")
+
+    async def _check_pinning_supported(self) -> None:
+        """Pinning changes a gated pod's nodeSelector, which Kubernetes allows from 1.27 and
+        (pod scheduling readiness) has as GA from 1.30: older, it is turned off, once, here."""
+        try:
+            version = await self.client.get("/version")
+            minor = int("".join(ch for ch in str(version.get("minor", "")) if ch.isdigit()))
+            major = int(str(version.get("major", "0")))
+        except (KubeError, ValueError) as exc:
+            log.warning("pinning.version_unknown", error=str(exc), why="pinning stays on")
+            return
+        if (major, minor) < (1, 30):
+            self.pinner.pin = False
+            log.warning(
+                "pinning.off",
+                version=f"{major}.{minor}",
+                why="pinning pods needs Kubernetes >= 1.30 (pod scheduling readiness GA); "
+                "pods are not gated and run where the scheduler puts them",
+            )
 
     def synced(self) -> None:
         """Every informer has listed: the controller is ready, and what it holds now (every
@@ -279,6 +333,8 @@ class Controller:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.loop.run, name="admission-loop")
+                tg.start_soon(self.pinner.run, name="pinner")
+                self.pinner.wake()  # pods gated while no one led (or before a restart)
                 tg.start_soon(self.queue_status.run, name="queue-status")
         finally:
             self.leading = False

@@ -11,8 +11,10 @@ from typing import Any
 
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.pins import Pins
 from kubequeue.identity import PodOwner
 from kubequeue.kinds.protocol import HasPodAliases, JobAdapter
+from kubequeue.labels import HOSTNAME
 from kubequeue.objects import Namespace, Node, Pod
 from kubequeue.queueing.spec import QueueSpec, parse_queue
 
@@ -23,6 +25,7 @@ __all__ = [
     "PodHandler",
     "PriorityClassHandler",
     "QueueHandler",
+    "UnboundPodHandler",
     "pod_owner_finder",
 ]
 
@@ -83,6 +86,49 @@ class PodHandler:
 
     def delete(self, key: str) -> None:
         self.tracker.pod_changed(self.cache.delete_pod(key))
+
+    def synced(self) -> None:
+        pass
+
+
+class UnboundPodHandler:
+    """Pods not bound to a node yet: the gated ones wait for the pinner; the pinned ones count
+    against their job's held room until they bind (capacity/pins.py)."""
+
+    def __init__(
+        self,
+        pins: Pins,
+        tracker: JobTracker,
+        owner_of: Callable[[Pod], PodOwner | None],
+        on_gated: Callable[[], None],
+        on_created_ungated: Callable[[], None],
+    ) -> None:
+        self.pins = pins
+        self.tracker = tracker
+        self.owner_of = owner_of
+        self.on_gated = on_gated
+        self.on_created_ungated = on_created_ungated
+        self._seen: set[str] = set()
+
+    def upsert(self, obj: Pod) -> None:
+        owner = self.owner_of(obj)
+        uid = obj.metadata.uid
+        if self.pins.upsert(obj, owner):
+            self._seen.add(uid)
+            self.on_gated()
+        elif uid not in self._seen:
+            self._seen.add(uid)
+            if (
+                owner is not None
+                and not obj.spec.schedulingGates
+                and HOSTNAME not in obj.spec.nodeSelector
+                and self.tracker.is_admitted(self.tracker.resolve_pod(owner)[0])
+            ):
+                self.on_created_ungated()
+
+    def delete(self, key: str) -> None:
+        self._seen.discard(key)
+        self.pins.delete(key)
 
     def synced(self) -> None:
         pass

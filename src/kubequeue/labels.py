@@ -10,7 +10,9 @@ __all__ = [
     "ADMITTED_AT",
     "BORROWING",
     "GAVE_UP",
+    "HOSTNAME",
     "IGNORE",
+    "PLACEMENT_GATE",
     "PREEMPTED_BY",
     "PREEMPTIBLE",
     "QUEUE_ANNOTATION",
@@ -53,3 +55,9 @@ STOPPED = "kube-queue.io/stopped"
 # Written after the last allowed requeue: a hash of the job's spec. The job waits (GaveUp)
 # until its spec differs from that (a user edited it) or it is re-created.
 GAVE_UP = "kube-queue.io/gave-up"
+# The scheduling gate the webhook puts on new pods of queued kinds; kube-queue removes it once it
+# has added the node its plan chose to the pod's nodeSelector (capacity/pins.py). A gate, not a
+# label: it is on the pod, not on the user's job.
+PLACEMENT_GATE = "kube-queue.io/placement"
+# The node label a pinned pod's nodeSelector gets, naming the node the plan chose.
+HOSTNAME = "kubernetes.io/hostname"

@@ -28,6 +28,7 @@ __all__ = [
     "Pod",
     "PodCondition",
     "PodDiagnosis",
+    "PodSchedulingGate",
     "PodSpec",
     "PodTemplateSpec",
     "Quantities",
@@ -98,10 +99,16 @@ class Toleration(msgspec.Struct, frozen=True):
     effect: str = ""
 
 
+class PodSchedulingGate(msgspec.Struct, frozen=True):
+    name: str = ""
+
+
 class PodSpec(msgspec.Struct):
     """The part of a pod spec that decides its size and where it may run."""
 
     nodeName: str = ""
+    # While any gate is left the scheduler does not consider the pod (pinning: capacity/pins.py).
+    schedulingGates: list[PodSchedulingGate] = []
     containers: list[Container] = []
     initContainers: list[Container] = []
     overhead: Quantities = {}

@@ -53,6 +53,11 @@ class Settings:
     webhook_host: str = "0.0.0.0"
     webhook_cert_dir: str = "/etc/kube-queue/webhook"
     """Directory with tls.crt and tls.key for the webhook (the chart mounts a Secret here)."""
+    pin_placement: bool = True
+    """The webhook gates new pods of queued kinds (its /mutate/pod-gate path) and kube-queue
+    pins each one to a node its job's plan held room on, then ungates it (capacity/pins.py).
+    Off, or on a cluster older than Kubernetes 1.30: no pod is gated, and gated pods still
+    around are ungated without a pin."""
     log_format: str = "auto"
     """json | console | auto (console on a terminal, JSON otherwise)."""
     log_level: str = "info"

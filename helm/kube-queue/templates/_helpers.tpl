@@ -69,9 +69,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* "true" when the webhook has something to do: enabled, and native-suspend has kinds or
 auto-queue is on. Empty otherwise (no Secret, Service, configuration or server). */}}
+{{/* The label every pod of each queued kind carries: the pod webhook's objectSelectors. */}}
+{{- define "kube-queue.podLabels" -}}
+{{- $ext := .Values.extension -}}
+{{- $labels := list "batch.kubernetes.io/job-name" -}}
+{{- if or $ext.tf.enable $ext.pytorch.enable $ext.mpi.enable }}{{ $labels = append $labels "training.kubeflow.org/job-name" }}{{ end -}}
+{{- if $ext.ray.enable }}{{ $labels = append $labels "ray.io/cluster" }}{{ end -}}
+{{- if $ext.spark.enable }}{{ $labels = append $labels "sparkoperator.k8s.io/app-name" }}{{ end -}}
+{{- if $ext.argo.enable }}{{ $labels = append $labels "workflows.argoproj.io/workflow" }}{{ end -}}
+{{- toJson $labels -}}
+{{- end -}}
+
 {{- define "kube-queue.webhookNeeded" -}}
 {{- if .Values.webhook.enabled -}}
-{{- if or .Values.webhook.autoQueue.enabled (and .Values.webhook.nativeSuspend (trim (include "kube-queue.suspendRules" .))) -}}
+{{- if or .Values.webhook.pinPlacement .Values.webhook.autoQueue.enabled (and .Values.webhook.nativeSuspend (trim (include "kube-queue.suspendRules" .))) -}}
 true
 {{- end -}}
 {{- end -}}

@@ -30,7 +30,7 @@ from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import DemandError, PodSet, total_demand
-from kubequeue.identity import JobKey
+from kubequeue.identity import JobKey, PodOwner
 from kubequeue.kinds.common import annotations_of, dig, labels_of, spec_hash
 from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj, Preemptible
 from kubequeue.labels import (
@@ -376,6 +376,18 @@ class JobTracker:
         """The job a pod attributed to ``raw`` belongs to, following aliases (HasPodAliases)."""
         alias = self.aliases.get(raw)
         return raw if alias is None else alias[0]
+
+    def resolve_pod(self, owner: PodOwner) -> tuple[JobKey, str | None]:
+        """A pod's job and pod set from its raw owner (capacity/cache.py's), aliases followed."""
+        raw, pod_set = owner
+        alias = self.aliases.get(raw)
+        if alias is None:
+            return raw, pod_set
+        return alias[0], alias[1] or pod_set
+
+    def is_admitted(self, key: JobKey) -> bool:
+        """Admitted by kube-queue, or its admission write in flight (pods may come first)."""
+        return key in self.admitted or key in self.inflight
 
     def bound_pods(self, job: JobKey) -> Counter[str | None]:
         """The job's bound pods by pod set, including pods attributed to its aliases.

@@ -397,6 +397,10 @@ class CapacityCache:
         """The (raw) owners that have bound pods (a set-like view)."""
         return self._members
 
+    def is_bound(self, uid: str) -> bool:
+        """The pod is accounted here: bound to a node and not finished."""
+        return uid in self._pods
+
     def bound_pods(self, job: JobKey) -> Counter[str | None]:
         """Running (bound, non-terminal) pods of ``job``, by pod set name (None: unlabelled)."""
         return self._bound.get(job, Counter())

@@ -169,6 +169,19 @@ PREEMPTIONS = Counter(
     ["kind", "reason"],
     registry=REGISTRY,
 )
+PODS_UNGATED = Counter(
+    "kube_queue_pods_ungated_total",
+    "Pods whose kube-queue scheduling gate was removed, by outcome: planned (pinned to room its "
+    "job held), replanned (pinned to room found then), unpinned (left to the scheduler).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+PODS_UNPINNED_CREATED = Counter(
+    "kube_queue_pods_created_ungated_total",
+    "Pods of admitted jobs created without kube-queue's gate (webhook not installed or "
+    "unreachable, or pinning off): they run where the scheduler puts them.",
+    registry=REGISTRY,
+)
 REQUEUES = Counter(
     "kube_queue_requeues_total",
     "Admitted jobs suspended again because their pods did not all start in time, by the most "

@@ -12,6 +12,16 @@ Two jobs, both about making queueing safe rather than merely possible:
   anything. Jobs that opt out (``kube-queue.io/ignore: "true"``), Jobs owned by another
   controller (a JobSet, an operator: the parent is what gets queued) and Argo Workflows (their
   demand must be declared by the user) are left alone.
+
+And one about making the plan binding:
+
+- ``pod_gate``: a new pod of a queued kind (the webhook configuration's objectSelectors name
+  each kind's pod label) gets the scheduling gate ``kube-queue.io/placement``; kube-queue pins
+  it to the node its job's plan held room on, then removes the gate (capacity/pins.py). Pods
+  with no controller (nothing queued them), pods already bound (``nodeName``: the API server
+  refuses gates on them) and pods that carry the gate already are left alone. Stateless on
+  purpose: every replica answers the same, leader or not, and a pod of a job kube-queue does
+  not admit is simply ungated again by the leader.
 """
 
 from __future__ import annotations
@@ -24,9 +34,9 @@ from kubequeue.kinds.common import (
     dig,
     labels_of,
 )
-from kubequeue.labels import IGNORE, SUSPEND_ANNOTATION
+from kubequeue.labels import IGNORE, PLACEMENT_GATE, SUSPEND_ANNOTATION
 
-__all__ = ["JsonPatch", "auto_queue", "native_suspend"]
+__all__ = ["JsonPatch", "auto_queue", "native_suspend", "pod_gate"]
 
 JsonPatch = list[dict[str, Any]]
 _KUBEFLOW = frozenset({"TFJob", "PyTorchJob", "MPIJob"})
@@ -90,3 +100,21 @@ def auto_queue(kind: str, obj: dict[str, Any]) -> JsonPatch:
     if (kind in _KUBEFLOW or kind == "SparkApplication") and isinstance(obj.get("metadata"), dict):
         ops += _set(obj, ("metadata", "annotations", SUSPEND_ANNOTATION), "true")
     return ops
+
+
+def pod_gate(kind: str, obj: dict[str, Any]) -> JsonPatch:
+    """Hold a new pod of a queued kind for pinning (no-op for pods it does not apply to)."""
+    spec = obj.get("spec")
+    if kind != "Pod" or not isinstance(spec, dict) or spec.get("nodeName"):
+        return []
+    if controller_owner(obj) is None:
+        return []
+    gates = spec.get("schedulingGates")
+    gate = {"name": PLACEMENT_GATE}
+    if gates is None:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+    if not isinstance(gates, list) or any(
+        isinstance(g, dict) and g.get("name") == PLACEMENT_GATE for g in gates
+    ):
+        return []  # malformed (the API server refuses it) or gated by us already
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]

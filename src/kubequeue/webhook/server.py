@@ -1,9 +1,11 @@
 """The mutating admission webhook server (HTTPS, AdmissionReview v1).
 
 Served by every replica, leader or not, so creates do not depend on which replica leads. Paths:
-``/mutate/native-suspend`` and ``/mutate/auto-queue`` (see mutations.py). A request we cannot
-understand is allowed unchanged with a warning: the webhook must never be the reason a valid
-object cannot be created, whatever the configured failurePolicy says about outages.
+``/mutate/native-suspend``, ``/mutate/auto-queue`` and ``/mutate/pod-gate`` (see mutations.py;
+the last answers "no change" when pinning is off, so a configuration left behind does no harm).
+A request we cannot understand is allowed unchanged with a warning: the webhook must never be
+the reason a valid object cannot be created, whatever the configured failurePolicy says about
+outages.
 """
 
 from __future__ import annotations
@@ -19,20 +21,29 @@ import anyio
 import structlog
 from aiohttp import web
 
-from kubequeue.webhook.mutations import JsonPatch, auto_queue, native_suspend
+from kubequeue.webhook.mutations import JsonPatch, auto_queue, native_suspend, pod_gate
 
 __all__ = ["WebhookServer"]
 
 log = structlog.get_logger(__name__)
 
-_MUTATORS: dict[str, Callable[[str, dict[str, Any]], JsonPatch]] = {
+Mutator = Callable[[str, dict[str, Any]], JsonPatch]
+_MUTATORS: dict[str, Mutator] = {
     "native-suspend": native_suspend,
     "auto-queue": auto_queue,
+    "pod-gate": pod_gate,
 }
+# Mutators whose change is worth telling the creator about (as an API warning).
+_HELD = "kube-queue: created suspended; kube-queue admits it when the cluster has room"
+_WARNINGS = {"native-suspend": _HELD, "auto-queue": _HELD}
+
+
+def _unchanged(kind: str, obj: dict[str, Any]) -> JsonPatch:
+    return []
 
 
 def review_response(
-    review: dict[str, Any], mutator: Callable[[str, dict[str, Any]], JsonPatch]
+    review: dict[str, Any], mutator: Mutator, warning: str | None = None
 ) -> dict[str, Any]:
     request = review.get("request")
     if not isinstance(request, dict):
@@ -48,11 +59,11 @@ def review_response(
         if ops:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
-            response["warnings"] = [
-                "kube-queue: created suspended; kube-queue admits it when the cluster has room"
-            ]
+            if warning is not None:
+                response["warnings"] = [warning]
             meta = obj.get("metadata") or {}
-            log.info(
+            # Jobs are few and each mutation is news; every pod of every admitted job is not.
+            (log.info if warning is not None else log.debug)(
                 "webhook.mutated",
                 kind=kind,
                 namespace=request.get("namespace"),
@@ -63,10 +74,11 @@ def review_response(
 
 
 class WebhookServer:
-    def __init__(self, host: str, port: int, cert_dir: Path) -> None:
+    def __init__(self, host: str, port: int, cert_dir: Path, *, gate_pods: bool = True) -> None:
         self.host = host
         self.port = port
         self.cert_dir = cert_dir
+        self.gate_pods = gate_pods
 
     def _ssl(self) -> ssl.SSLContext:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -77,7 +89,9 @@ class WebhookServer:
     async def run(self) -> None:
         app = web.Application(client_max_size=8 * 2**20)
         for name, mutator in _MUTATORS.items():
-            app.router.add_post(f"/mutate/{name}", self._handler(mutator))
+            if name == "pod-gate" and not self.gate_pods:
+                mutator = _unchanged
+            app.router.add_post(f"/mutate/{name}", self._handler(mutator, _WARNINGS.get(name)))
         # After refusing a body over client_max_size, aiohttp keeps reading and discarding the
         # rest for lingering_time (10 s by default) so the client can read the 413; meanwhile
         # the connection is held and shutdown waits for it. The API server never sends a review
@@ -94,15 +108,13 @@ class WebhookServer:
             with anyio.CancelScope(shield=True):
                 await runner.cleanup()
 
-    def _handler(
-        self, mutator: Callable[[str, dict[str, Any]], JsonPatch]
-    ) -> Callable[[web.Request], Any]:
+    def _handler(self, mutator: Mutator, warning: str | None) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
             try:
                 review = await request.json()
                 if not isinstance(review, dict):
                     raise TypeError(f"an AdmissionReview is an object, not {type(review).__name__}")
-                return web.json_response(review_response(review, mutator))
+                return web.json_response(review_response(review, mutator, warning))
             except web.HTTPException:
                 raise  # e.g. 413: the body is over client_max_size
             except Exception as exc:

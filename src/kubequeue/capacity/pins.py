@@ -1,0 +1,219 @@
+"""Which node each gated pod of an admitted job is pinned to: one its job's plan held room on.
+
+kube-queue admits a job when a per-node simulation finds room for all of its pods, and holds
+that room on concrete nodes until the pods are bound (capacity/reservations.py). Left alone,
+the scheduler binds them by its own scoring, often elsewhere: the room held for one job is then
+taken by another's pods and somebody's pod waits (the scale soak saw 3,056 of ~5,500 pods bound
+off-plan). Pinning makes the plan binding. The webhook creates the pods of queued kinds with the
+scheduling gate ``kube-queue.io/placement`` (webhook/mutations.py), so the scheduler leaves them
+alone; kube-queue picks for each one a node its job holds room on for a pod of that request,
+adds ``kubernetes.io/hostname: <that node's hostname label>`` to its nodeSelector and removes
+the gate in one write (admission/pinner.py). The scheduler can then bind it there only.
+
+A held slot is used once: pods pinned to a node and not bound yet count against the job's holds
+there (``_unbound``, re-derived from the pods' own nodeSelectors after a restart). When a pinned
+pod binds, the reservation shrinks (it drops over-committed holds first, which is where the pod
+went), so holds and pinned pods stay consistent without a second book.
+
+Outcomes, most to least planned:
+
+- ``planned``: a held slot of its job, on the node the plan chose (or relocated it to);
+- ``replanned``: no held slot left (a replacement pod, more pods than the plan had, or holds
+  already taken by other pinned pods): a node with free room for it now, as the plan would have
+  found it;
+- ``unpinned``: nothing fits now, the pod is of no job kube-queue admitted (or of none it
+  queues), it already names its node, or the node has no hostname label: the gate is removed
+  without a pin and the pod is the scheduler's, as without pinning. A gated pod is never kept
+  waiting for room: the requeue of jobs that never start covers a pod that then stays Pending.
+
+Pure and synchronous; the pinner calls ``take`` and ``choose`` and does the writes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.fit import place
+from kubequeue.capacity.reservations import UNPLACED, Reservations
+from kubequeue.demand import DemandError, PodSet, pod_request
+from kubequeue.identity import JobKey, PodOwner
+from kubequeue.labels import HOSTNAME, PLACEMENT_GATE
+from kubequeue.objects import Pod
+from kubequeue.resources import Resources
+from kubequeue.scheduling import ConstraintError, NodeConstraints, constraints_of
+
+__all__ = ["GatedPod", "Pin", "Pins"]
+
+
+RequestKey = tuple[tuple[str, int], ...]
+
+
+def _key(request: Resources) -> RequestKey:
+    return tuple(sorted(request.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class GatedPod:
+    """A pod waiting behind kube-queue's gate, as much of it as pinning needs."""
+
+    uid: str
+    namespace: str
+    name: str
+    owner: PodOwner | None
+    request: Resources
+    constraints: NodeConstraints
+    gates: tuple[str, ...]  # every gate it has, ours included, in order
+    host: str | None  # the kubernetes.io/hostname its nodeSelector already names
+    has_selector: bool  # its nodeSelector has any key (an add then goes into that map)
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """What to write for one gated pod: ``host`` None means remove the gate without a pin."""
+
+    pod: GatedPod
+    outcome: str  # planned | replanned | unpinned
+    node: str | None
+    host: str | None
+    why: str
+
+
+class Pins:
+    def __init__(
+        self,
+        cache: CapacityCache,
+        reservations: Reservations,
+        resolve: Callable[[PodOwner], tuple[JobKey, str | None]],
+        admitted: Callable[[JobKey], bool],
+    ) -> None:
+        self._cache = cache
+        self._reservations = reservations
+        self._resolve = resolve  # a pod's raw owner -> its job and pod set (aliases followed)
+        self._admitted = admitted  # the job is admitted by kube-queue (or its write in flight)
+        # Gated by us, waiting for the pinner (a dict: first come, first pinned).
+        self.waiting: dict[str, GatedPod] = {}
+        # Ungated, pinned by nodeSelector and not bound yet: uid -> (job, host, request).
+        self._unbound: dict[str, tuple[JobKey, str, RequestKey]] = {}
+        self._per_job: dict[JobKey, Counter[tuple[str, RequestKey]]] = {}
+
+    # ----------------------------------------------------------------- pod events
+    def upsert(self, pod: Pod, owner: PodOwner | None) -> bool:
+        """An unbound pod, as its watch has it. True when it now waits for the pinner."""
+        uid = pod.metadata.uid
+        spec = pod.spec
+        gates = tuple(g.name for g in spec.schedulingGates)
+        host = spec.nodeSelector.get(HOSTNAME)
+        if PLACEMENT_GATE in gates:
+            self._uncount(uid)
+            try:
+                request = pod_request(spec, f"pod {pod.metadata.namespace}/{pod.metadata.name}")
+                constraints = constraints_of(spec)
+            except (DemandError, ConstraintError):
+                request, constraints = {}, NodeConstraints()  # unpinned (host None below)
+                owner = None
+            self.waiting[uid] = GatedPod(
+                uid=uid,
+                namespace=pod.metadata.namespace,
+                name=pod.metadata.name,
+                owner=owner,
+                request=request,
+                constraints=constraints,
+                gates=gates,
+                host=host,
+                has_selector=bool(spec.nodeSelector),
+            )
+            return True
+        self.waiting.pop(uid, None)
+        if host is not None and owner is not None and not gates:
+            try:
+                request = pod_request(spec)
+            except DemandError:
+                return False
+            self._count(uid, self._resolve(owner)[0], host, _key(request))
+        return False
+
+    def delete(self, uid: str) -> None:
+        """The pod is bound (it left the unbound watch) or gone."""
+        self.waiting.pop(uid, None)
+        self._uncount(uid)
+
+    def take(self) -> list[GatedPod]:
+        out = list(self.waiting.values())
+        self.waiting.clear()
+        return out
+
+    # ----------------------------------------------------------------- the choice
+    def choose(self, pod: GatedPod) -> Pin:
+        """Where this pod goes; counted at once (the next pod's choice sees it taken)."""
+        if pod.host is not None:
+            return self._unpinned(pod, "its nodeSelector names its node already")
+        if pod.owner is None:
+            return self._unpinned(pod, "not a pod of a job kind kube-queue queues")
+        job, pod_set = self._resolve(pod.owner)
+        if not self._admitted(job):
+            return self._unpinned(pod, f"{job[0]} {job[1]}/{job[2]} is not admitted by kube-queue")
+        key = _key(pod.request)
+        node = self._held_slot(job, pod_set, key)
+        outcome, why = "planned", "room held for its job"
+        if node is None:
+            found = place([PodSet("pin", 1, pod.request, pod.constraints)], self._cache)
+            if not found:
+                return self._unpinned(pod, "no node has room for it now; the scheduler decides")
+            node = found[0].node
+            outcome, why = "replanned", "no held room of its job left; a node with room now"
+        state = self._cache.nodes.get(node)
+        host = state.labels.get(HOSTNAME) if state is not None else None
+        if not host:
+            return self._unpinned(pod, f"node {node} has no {HOSTNAME} label to pin to")
+        self._count(pod.uid, job, host, key)
+        return Pin(pod, outcome, node, host, why)
+
+    def unpin(self, uid: str) -> None:
+        """A chosen pin was not written (the pod changed or vanished): its slot is free."""
+        self._uncount(uid)
+
+    def _held_slot(self, job: JobKey, pod_set: str | None, key: RequestKey) -> str | None:
+        used = self._per_job.get(job) or Counter()
+        held = [a for a in self._reservations.assignments(job) if a.node != UNPLACED]
+        if pod_set is not None and any(a.pod_set == pod_set for a in held):
+            held = [a for a in held if a.pod_set == pod_set]
+        nodes = self._cache.nodes
+        for a in sorted(held, key=lambda a: a.node):
+            if _key(a.request) != key:
+                continue
+            state = nodes.get(a.node)
+            host = state.labels.get(HOSTNAME, "") if state is not None else ""
+            if a.count - used[(host, key)] > 0:
+                return a.node
+        return None
+
+    def _unpinned(self, pod: GatedPod, why: str) -> Pin:
+        return Pin(pod, "unpinned", None, None, why)
+
+    def _count(self, uid: str, job: JobKey, host: str, key: RequestKey) -> None:
+        if self._unbound.get(uid) == (job, host, key):
+            return
+        self._uncount(uid)
+        if self._cache.is_bound(uid):
+            return  # bound already: the reservation counts it now
+        self._unbound[uid] = (job, host, key)
+        self._per_job.setdefault(job, Counter())[(host, key)] += 1
+
+    def _uncount(self, uid: str) -> None:
+        found = self._unbound.pop(uid, None)
+        if found is None:
+            return
+        job, host, key = found
+        counts = self._per_job[job]
+        counts[(host, key)] -= 1
+        if counts[(host, key)] <= 0:
+            del counts[(host, key)]
+            if not counts:
+                del self._per_job[job]
+
+    def pinned_unbound(self, job: JobKey) -> int:
+        """Pods of the job pinned to a node and not bound yet."""
+        return sum((self._per_job.get(job) or Counter()).values())
