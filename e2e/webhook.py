@@ -77,3 +77,18 @@ def local_webhook_configuration(
         )
     config["webhooks"] = webhooks
     return config
+
+
+def pod_gate_configuration(
+    rendered: list[dict[str, Any]], name: str, port: int, ca_pem: bytes, namespace: str
+) -> dict[str, Any]:
+    """The chart's pod-gate webhooks (pinning), served at https://127.0.0.1:<port>, for pods of
+    ``namespace`` only: other tests' pods must not depend on this test's controller."""
+    [config] = [m for m in rendered if m["kind"] == "MutatingWebhookConfiguration"]
+    local = local_webhook_configuration(config, name, port, ca_pem)
+    local["webhooks"] = [
+        {**hook, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+        for hook in local["webhooks"]
+        if hook["clientConfig"]["url"].endswith("/mutate/pod-gate")
+    ]
+    return local
