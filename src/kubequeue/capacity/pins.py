@@ -11,7 +11,8 @@ adds ``kubernetes.io/hostname: <that node's hostname label>`` to its nodeSelecto
 the gate in one write (admission/pinner.py). The scheduler can then bind it there only.
 
 A held slot is used once: pods pinned to a node and not bound yet count against the job's holds
-there (``_unbound``, re-derived from the pods' own nodeSelectors after a restart). When a pinned
+of their pod set there (``_unbound``, re-derived from the pods' own nodeSelectors after a
+restart). When a pinned
 pod binds, the reservation shrinks (it drops over-committed holds first, which is where the pod
 went), so holds and pinned pods stay consistent without a second book.
 
@@ -46,13 +47,6 @@ from kubequeue.resources import Resources
 from kubequeue.scheduling import ConstraintError, NodeConstraints, constraints_of
 
 __all__ = ["GatedPod", "Pin", "Pins"]
-
-
-RequestKey = tuple[tuple[str, int], ...]
-
-
-def _key(request: Resources) -> RequestKey:
-    return tuple(sorted(request.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +89,12 @@ class Pins:
         self._admitted = admitted  # the job is admitted by kube-queue (or its write in flight)
         # Gated by us, waiting for the pinner (a dict: first come, first pinned).
         self.waiting: dict[str, GatedPod] = {}
-        # Ungated, pinned by nodeSelector and not bound yet: uid -> (job, host, request).
-        self._unbound: dict[str, tuple[JobKey, str, RequestKey]] = {}
-        self._per_job: dict[JobKey, Counter[tuple[str, RequestKey]]] = {}
+        # Ungated, pinned by nodeSelector and not bound yet: uid -> (job, host, pod set), and
+        # per job the count per (host, pod set).
+        self._unbound: dict[str, tuple[JobKey, str, str]] = {}
+        self._per_job: dict[JobKey, Counter[tuple[str, str]]] = {}
+        # Replanned pods, pinned and not bound yet: the room reserved for each in the cache.
+        self._extra: dict[str, tuple[str, Resources]] = {}
 
     # ----------------------------------------------------------------- pod events
     def upsert(self, pod: Pod, owner: PodOwner | None) -> bool:
@@ -132,11 +129,16 @@ class Pins:
                 request = pod_request(spec)
             except DemandError:
                 return False
-            self._count(uid, self._resolve(owner)[0], host, _key(request))
+            job, pod_set = self._resolve(owner)
+            name = self._which_set(job, pod_set, request)
+            if name is not None:
+                self._count(uid, job, host, name)
         return False
 
     def delete(self, uid: str) -> None:
-        """The pod is bound (it left the unbound watch) or gone."""
+        """The pod is bound (it left the unbound watch) or gone. (A replanned pod's room is
+        released here; if its bound event arrives a moment later, the room looks free in
+        between: the one window pinning leaves, as wide as the two watches' skew.)"""
         self.waiting.pop(uid, None)
         self._uncount(uid)
 
@@ -155,8 +157,8 @@ class Pins:
         job, pod_set = self._resolve(pod.owner)
         if not self._admitted(job):
             return self._unpinned(pod, f"{job[0]} {job[1]}/{job[2]} is not admitted by kube-queue")
-        key = _key(pod.request)
-        node = self._held_slot(job, pod_set, key)
+        name = self._which_set(job, pod_set, pod.request)
+        node = self._held_slot(job, name) if name is not None else None
         outcome, why = "planned", "room held for its job"
         if node is None:
             found = place([PodSet("pin", 1, pod.request, pod.constraints)], self._cache)
@@ -168,34 +170,54 @@ class Pins:
         host = state.labels.get(HOSTNAME) if state is not None else None
         if not host:
             return self._unpinned(pod, f"node {node} has no {HOSTNAME} label to pin to")
-        self._count(pod.uid, job, host, key)
+        if outcome == "planned" and name is not None:
+            self._count(pod.uid, job, host, name)
+        elif outcome == "replanned":
+            # Room its job's plan did not hold: held here until the pod binds (or goes), or the
+            # next pod would be replanned into the same room.
+            self._cache.reserve(node, pod.request, 1)
+            self._extra[pod.uid] = (node, pod.request)
         return Pin(pod, outcome, node, host, why)
 
     def unpin(self, uid: str) -> None:
         """A chosen pin was not written (the pod changed or vanished): its slot is free."""
         self._uncount(uid)
 
-    def _held_slot(self, job: JobKey, pod_set: str | None, key: RequestKey) -> str | None:
+    def _which_set(self, job: JobKey, pod_set: str | None, request: Resources) -> str | None:
+        """The pod set of the job's plan a pod belongs to: the one its labels name, the only
+        one, or the one whose pods request what it requests (a pod's request may differ from
+        its template's, e.g. after a LimitRange filled in defaults: then the label or the
+        single set decides)."""
+        sets = self._reservations.pod_sets(job)
+        if pod_set is not None and pod_set in sets:
+            return pod_set
+        if len(sets) == 1:
+            return next(iter(sets))
+        for name, ps in sets.items():
+            if ps.request == request:
+                return name
+        return None
+
+    def _held_slot(self, job: JobKey, name: str) -> str | None:
+        """A node holding room for a pod of this pod set that no pinned pod has taken."""
         used = self._per_job.get(job) or Counter()
-        held = [a for a in self._reservations.assignments(job) if a.node != UNPLACED]
-        if pod_set is not None and any(a.pod_set == pod_set for a in held):
-            held = [a for a in held if a.pod_set == pod_set]
         nodes = self._cache.nodes
+        held = [a for a in self._reservations.assignments(job) if a.pod_set == name]
         for a in sorted(held, key=lambda a: a.node):
-            if _key(a.request) != key:
+            if a.node == UNPLACED:
                 continue
             state = nodes.get(a.node)
             host = state.labels.get(HOSTNAME, "") if state is not None else ""
-            if a.count - used[(host, key)] > 0:
+            if a.count - used[(host, name)] > 0:
                 return a.node
         return None
 
     def _unpinned(self, pod: GatedPod, why: str) -> Pin:
         return Pin(pod, "unpinned", None, None, why)
 
-    def _count(self, uid: str, job: JobKey, host: str, key: RequestKey) -> None:
-        if self._unbound.get(uid) == (job, host, key):
-            return
+    def _count(self, uid: str, job: JobKey, host: str, key: str) -> None:
+        if uid in self._extra or self._unbound.get(uid) == (job, host, key):
+            return  # counted already (a replanned pod keeps its own room, not a slot)
         self._uncount(uid)
         if self._cache.is_bound(uid):
             return  # bound already: the reservation counts it now
@@ -203,6 +225,9 @@ class Pins:
         self._per_job.setdefault(job, Counter())[(host, key)] += 1
 
     def _uncount(self, uid: str) -> None:
+        extra = self._extra.pop(uid, None)
+        if extra is not None:
+            self._cache.unreserve(extra[0], extra[1], 1)
         found = self._unbound.pop(uid, None)
         if found is None:
             return

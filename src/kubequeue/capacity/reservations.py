@@ -150,6 +150,11 @@ class Reservations:
         held = self._held.get(job)
         return sum(ps.count for ps in held.pod_sets.values()) if held is not None else 0
 
+    def pod_sets(self, job: JobKey) -> Mapping[str, PodSet]:
+        """The pod sets the job's holds are for, by name (empty if nothing is held)."""
+        held = self._held.get(job)
+        return held.pod_sets if held is not None else {}
+
     def assignments(self, job: JobKey) -> list[Assignment]:
         """The job's held placement, as fit.place reports one."""
         held = self._held.get(job)

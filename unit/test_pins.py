@@ -1,0 +1,209 @@
+"""capacity/pins.py: which node a gated pod of an admitted job is pinned to."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.fit import place
+from kubequeue.capacity.pins import Pins
+from kubequeue.capacity.reservations import Reservations
+from kubequeue.demand import PodSet, pod_request
+from kubequeue.identity import JobKey, PodOwner
+from kubequeue.kube.pods import ungate_ops
+from kubequeue.labels import HOSTNAME, PLACEMENT_GATE
+from kubequeue.objects import Pod, PodSpec
+from kubequeue.resources import GPU, Resources
+from kubequeue.scheduling import NodeConstraints
+from kubequeue.webhook.mutations import pod_gate
+from unit import builders as b
+from unit.jsonpatch import PatchFailed, apply_patch
+
+JOB: JobKey = ("Job", "default", "train")
+
+
+def request(gpus: int) -> Resources:
+    """What a pod of the test's template requests, as the adapters compute it."""
+    return pod_request(msgspec.convert(b.pod_spec({"cpu": "1", GPU: str(gpus)}), PodSpec))
+
+
+def unbound_pod(
+    uid: str, *, gpus: int = 1, gated: bool = True, host: str | None = None,
+    owner: str = "train",
+) -> Pod:
+    spec: dict[str, Any] = b.pod_spec({"cpu": "1", GPU: str(gpus)})
+    if gated:
+        spec["schedulingGates"] = [{"name": PLACEMENT_GATE}]
+    if host is not None:
+        spec["nodeSelector"] = {HOSTNAME: host}
+    raw = {
+        "metadata": {"name": uid, "namespace": "default", "uid": uid,
+                     "ownerReferences": [{"kind": "Job", "name": owner, "controller": True}]},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+    return msgspec.convert(raw, Pod)
+
+
+class World:
+    def __init__(self, *nodes: tuple[str, int], admitted: tuple[JobKey, ...] = (JOB,)) -> None:
+        self.cache = CapacityCache()
+        for name, gpus in nodes:
+            self.cache.upsert_node(b.node(name, gpu=gpus, labels={HOSTNAME: f"host-{name}"}))
+        self.reservations = Reservations(self.cache)
+        self.admitted = set(admitted)
+        self.pins = Pins(self.cache, self.reservations, self.resolve, self.admitted.__contains__)
+
+    @staticmethod
+    def resolve(owner: PodOwner) -> tuple[JobKey, str | None]:
+        return owner
+
+    def hold(self, job: JobKey, pods: int, gpus: int = 1) -> list[tuple[str, int]]:
+        ps = [PodSet("main", pods, request(gpus), NodeConstraints())]
+        placed = place(ps, self.cache)
+        assert placed is not None
+        self.reservations.hold(job, ps, placed)
+        return [(a.node, a.count) for a in placed]
+
+    def gate(self, pod: Pod, job: JobKey = JOB) -> None:
+        owner: PodOwner = (job, None)
+        assert self.pins.upsert(pod, owner)
+
+    def pin_all(self) -> list[tuple[str, str | None]]:
+        return [(p.outcome, p.node) for p in map(self.pins.choose, self.pins.take())]
+
+
+def test_gated_pods_take_the_held_slots_one_each() -> None:
+    w = World(("a", 2), ("b", 2))
+    held = dict(w.hold(JOB, 3))
+    for i in range(3):
+        w.gate(unbound_pod(f"p{i}"))
+    pins = w.pin_all()
+    assert all(outcome == "planned" for outcome, _ in pins)
+    assert Counter(node for _, node in pins) == Counter(held)
+
+
+def test_a_pod_beyond_the_plan_is_replanned_and_without_room_left_unpinned() -> None:
+    w = World(("a", 2))
+    w.hold(JOB, 1)
+    for i in range(3):
+        w.gate(unbound_pod(f"p{i}"))
+    # 1 held slot; a second pod fits on the free GPU; a third has no room at all.
+    assert w.pin_all() == [("planned", "a"), ("replanned", "a"), ("unpinned", None)]
+
+
+def test_pods_of_jobs_not_admitted_or_already_pinned_are_only_ungated() -> None:
+    w = World(("a", 4), admitted=())
+    w.gate(unbound_pod("p0"))
+    w.gate(unbound_pod("p1", host="a"))
+    assert w.pin_all() == [("unpinned", None), ("unpinned", None)]
+
+
+def test_a_pinned_pod_not_bound_yet_counts_against_its_node_also_after_a_restart() -> None:
+    w = World(("a", 1), ("b", 1))
+    w.hold(JOB, 2)
+    # Seen ungated with a pin to a (pinned by a previous leader), not bound: a is taken.
+    assert not w.pins.upsert(unbound_pod("old", gated=False, host="host-a"), (JOB, None))
+    w.gate(unbound_pod("new"))
+    assert w.pin_all() == [("planned", "b")]
+    # It bound (left the unbound watch): its hold shrank with it, nothing is counted twice.
+    w.pins.delete("old")
+    assert w.pins.pinned_unbound(JOB) == 1
+
+
+def test_a_refused_pin_frees_its_slot() -> None:
+    w = World(("a", 1))
+    w.hold(JOB, 1)
+    w.gate(unbound_pod("p0"))
+    [first] = w.pin_all()
+    assert first == ("planned", "a")
+    w.pins.unpin("p0")
+    w.gate(unbound_pod("p1"))
+    assert w.pin_all() == [("planned", "a")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nodes=st.lists(st.integers(1, 8), min_size=1, max_size=5),
+    jobs=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 4)), min_size=1, max_size=4),
+    extra=st.integers(0, 3),
+)
+def test_pins_never_put_more_pods_on_a_node_than_its_jobs_hold_or_its_room(
+    nodes: list[int], jobs: list[tuple[int, int]], extra: int
+) -> None:
+    """Soundness against the holds: a planned pin is a held slot of the pod's own job (never
+    more pods of a job on a node than it holds there), a replanned one had free room, and every
+    pod of a held job is pinned as planned when it has no more pods than its plan."""
+    keys = [("Job", "default", f"j{i}") for i in range(len(jobs))]
+    w = World(*((f"n{i}", g) for i, g in enumerate(nodes)), admitted=tuple(keys))
+    holds: dict[JobKey, Counter[str]] = {}
+    for key, (pods, gpus) in zip(keys, jobs, strict=True):
+        ps = [PodSet("main", pods, request(gpus), NodeConstraints())]
+        placed = place(ps, w.cache)
+        if placed is None:
+            continue
+        w.reservations.hold(key, ps, placed)
+        holds[key] = Counter({a.node: a.count for a in placed})
+        for i in range(pods + extra):
+            w.gate(unbound_pod(f"{key[2]}-{i}", gpus=gpus, owner=key[2]), key)
+        pinned = Counter[str]()
+        planned = 0
+        for pin in map(w.pins.choose, w.pins.take()):
+            if pin.outcome == "planned":
+                assert pin.node is not None
+                pinned[pin.node] += 1
+                planned += 1
+        assert all(pinned[n] <= holds[key][n] for n in pinned)
+        assert planned == pods  # every held slot used, each by one pod
+
+
+def test_the_webhook_gates_owned_unbound_pods_once() -> None:
+    owned = {"metadata": {"ownerReferences": [{"kind": "Job", "name": "j", "controller": True}]},
+             "spec": {"containers": []}}
+    [op] = pod_gate("Pod", owned)
+    gated = apply_patch(owned, [op])
+    assert gated["spec"]["schedulingGates"] == [{"name": PLACEMENT_GATE}]
+    assert pod_gate("Pod", gated) == []  # already ours
+    other = {**owned, "spec": {"schedulingGates": [{"name": "x"}]}}
+    assert apply_patch(other, pod_gate("Pod", other))["spec"]["schedulingGates"] == [
+        {"name": "x"}, {"name": PLACEMENT_GATE}]
+    assert pod_gate("Pod", {"metadata": {}, "spec": {}}) == []  # no controller: not queued
+    assert pod_gate("Pod", {**owned, "spec": {"nodeName": "n"}}) == []  # bound at creation
+    assert pod_gate("Job", owned) == []
+
+
+def test_ungating_removes_only_our_gate_and_adds_the_pin() -> None:
+    pod = {"metadata": {"uid": "u"},
+           "spec": {"schedulingGates": [{"name": "x"}, {"name": PLACEMENT_GATE}],
+                    "nodeSelector": {"zone": "z"}}}
+    done = apply_patch(pod, ungate_ops("u", ("x", PLACEMENT_GATE), "node-1", True))
+    assert done["spec"]["schedulingGates"] == [{"name": "x"}]
+    assert done["spec"]["nodeSelector"] == {"zone": "z", HOSTNAME: "node-1"}
+    alone = {"metadata": {"uid": "u"}, "spec": {"schedulingGates": [{"name": PLACEMENT_GATE}]}}
+    done = apply_patch(alone, ungate_ops("u", (PLACEMENT_GATE,), None, False))
+    assert "schedulingGates" not in done["spec"] and "nodeSelector" not in done["spec"]
+    try:  # another controller removed its gate meanwhile: refused, not put back
+        apply_patch(alone, ungate_ops("u", ("x", PLACEMENT_GATE), "n", False))
+    except PatchFailed:
+        pass
+    else:
+        raise AssertionError("the gates test must fail")
+
+
+def test_a_replanned_pod_keeps_its_room_until_it_binds_or_goes() -> None:
+    w = World(("a", 1))
+    w.gate(unbound_pod("extra", owner="train"))
+    w.hold(JOB, 0)  # admitted with nothing left to hold (its pods already accounted)
+    [pin] = w.pin_all()
+    assert pin == ("replanned", "a")
+    assert w.cache.nodes["a"].free[GPU] == 0, "its room is reserved"
+    # Seen ungated with its pin: still its own room, not one of the plan's slots.
+    w.pins.upsert(unbound_pod("extra", gated=False, host="host-a"), (JOB, None))
+    assert w.cache.nodes["a"].free[GPU] == 0
+    w.pins.delete("extra")
+    assert w.cache.nodes["a"].free[GPU] == 1000
