@@ -6,7 +6,10 @@ GPUs under research), submits team-a's jobs (examples/jobs.yaml) into namespace 
 few seconds later team-b's (examples/team-b-jobs.yaml) into ``team-b``, and prints the queues
 draining (queued -> admitted -> running -> complete), with each queue's GPU use, until Ctrl-C.
 The controller runs with a 30 s starvation timeout, so team-b's 8-GPU big-eval, which team-a's
-sweeps keep from the only 8-GPU node, gets that node held for it about a minute in.
+sweeps keep from the only 8-GPU node, gets that node held for it about a minute in. It also
+serves the webhook, registered for the two teams' pods: every pod is created gated and pinned
+to the node its job's plan held room on (the NODES column: ``*`` marks a pod bound exactly
+where kube-queue pinned it).
 Meanwhile you can use the printed KUBECONFIG with kubectl (``kubectl get queues``) or
 ``kube-queue status --url ...`` in another terminal.
 """
@@ -15,16 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from e2e.cluster.build import ensure_binaries
 from e2e.cluster.nodes import NodeSpec
 from e2e.cluster.runner import LocalCluster
-from e2e.controller import KubeQueue, install_identity
+from e2e.controller import KubeQueue, free_port, install_identity, render_chart
 from e2e.support import Kubectl
+from e2e.webhook import pod_gate_configuration, write_serving_cert
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TEAMS = {"team-a": "jobs.yaml", "team-b": "team-b-jobs.yaml"}  # namespace -> its jobs
@@ -64,15 +70,31 @@ def _state(job: dict[str, Any]) -> str:
     return "Admitted"
 
 
+def _nodes(pods: list[dict[str, Any]], namespace: str, name: str) -> str:
+    """Where the job's live pods are bound: ``gpu-4a*x2``, ``*`` when bound where pinned."""
+    where: Counter[str] = Counter()
+    for pod in pods:
+        meta, spec = pod["metadata"], pod["spec"]
+        if meta["namespace"] != namespace or meta.get("labels", {}).get("job-name") != name:
+            continue
+        if not spec.get("nodeName") or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        pinned = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+        where[spec["nodeName"] + ("*" if pinned == spec["nodeName"] else "")] += 1
+    return ",".join(f"{n}x{c}" if c > 1 else n for n, c in sorted(where.items()))
+
+
 async def _show(kubectl: Kubectl, kq: KubeQueue, started: float) -> bool:
     jobs = []
+    pods: list[dict[str, Any]] = []
     for namespace in TEAMS:
         jobs += (await kubectl.json("get", "jobs", "-n", namespace))["items"]
+        pods += (await kubectl.json("get", "pods", "-n", namespace))["items"]
     waiting = {(row["namespace"], row["name"]): row for row in (await kq.view("/debug/status"))}
     queues = await kq.view("/debug/queues", "queues")
     lines = [f"kube-queue demo  t={asyncio.get_running_loop().time() - started:5.0f}s   "
              f"(Ctrl-C to stop)", ""]
-    lines.append(f"{'JOB':16} {'QUEUE':7} {'GPUS':>4}  {'STATE':9} WHY")
+    lines.append(f"{'JOB':16} {'QUEUE':7} {'GPUS':>4}  {'STATE':9} {'NODES':16} WHY")
     in_use = 0
     for job in sorted(jobs, key=lambda j: j["metadata"]["creationTimestamp"]):
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -81,7 +103,8 @@ async def _show(kubectl: Kubectl, kq: KubeQueue, started: float) -> bool:
             in_use += _gpus(job)
         row = waiting.get((namespace, name), {})
         why = row.get("why", "") if state == "Queued" else ""
-        lines.append(f"{name:16} {namespace:7} {_gpus(job):>4}  {state:9} {why}")
+        nodes = _nodes(pods, namespace, name)
+        lines.append(f"{name:16} {namespace:7} {_gpus(job):>4}  {state:9} {nodes:16} {why}")
     total = sum(n.gpus for n in NODES)
     lines += ["", f"GPUs held by admitted jobs: {in_use}/{total}", ""]
     lines.append(f"{'QUEUE':9} {'GPU USED/MIN/MAX':17} {'BORROWED':9} {'PENDING':8} ADMITTED")
@@ -99,13 +122,26 @@ async def _show(kubectl: Kubectl, kq: KubeQueue, started: float) -> bool:
 async def _demo(cluster: LocalCluster, kubectl: Kubectl) -> None:
     binaries = cluster.binaries
     identity = await install_identity(binaries.helm, kubectl, cluster.work_dir / "kube-queue")
+    cert_dir = cluster.work_dir / "webhook"
+    ca = write_serving_cert(cert_dir)
+    port = free_port()
     kq = await KubeQueue(
         identity,
         cluster.logs_dir,
         "kube-queue",
         "--log-format=console",
         f"--starvation-timeout={STARVATION_TIMEOUT_S}",
+        f"--webhook-port={port}",
+        "--webhook-host=127.0.0.1",
+        f"--webhook-cert-dir={cert_dir}",
     ).start()
+    # The chart's pod-gate webhook, served by this controller, for the teams' pods: pinning.
+    rendered = await render_chart(binaries.helm)
+    config = pod_gate_configuration(rendered, "kube-queue-demo", port, ca, "team-a")
+    for hook in config["webhooks"]:
+        hook["namespaceSelector"] = {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(TEAMS)}]}
+    await kubectl("apply", "-f", "-", stdin=json.dumps(config))
     await kubectl("apply", "-f", str(EXAMPLES / "queues.yaml"))
     for namespace in TEAMS:
         await kubectl("create", "namespace", namespace)
