@@ -29,33 +29,62 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pods", type=int, default=None, help="running pods (default: 10 per node)")
     p.add_argument("--jobs", type=int, default=None, help="queued jobs (default: 2 per node)")
     p.add_argument("--seed", type=int, default=6)
-    p.add_argument("--queues", type=int, default=0,
-                   help="Queue objects in a 3-level tree, jobs spread over the leaves (default 0: "
-                   "no queues, as a cluster without Queue objects)")
+    p.add_argument(
+        "--queues",
+        type=int,
+        default=0,
+        help="Queue objects in a 3-level tree, jobs spread over the leaves (default 0: "
+        "no queues, as a cluster without Queue objects)",
+    )
     p.add_argument("--runs", type=int, default=3, help="runs per figure (median and spread)")
-    p.add_argument("--latency-samples", type=int, default=300,
-                   help="pod deletions, each followed by one cycle, per run")
-    p.add_argument("--drain-batch", type=int, default=None,
-                   help="pods that end per drain round (default: 1%% of running pods)")
+    p.add_argument(
+        "--latency-samples",
+        type=int,
+        default=300,
+        help="pod deletions, each followed by one cycle, per run",
+    )
+    p.add_argument(
+        "--drain-batch",
+        type=int,
+        default=None,
+        help="pods that end per drain round (default: 1%% of running pods)",
+    )
     p.add_argument("--drain-rounds", type=int, default=300, help="most drain rounds per run")
-    p.add_argument("--reference-lines", type=int, default=5_000,
-                   help="pod lines decoded by kubernetes-asyncio for the reference figure")
-    p.add_argument("--scaling", default="1000,5000,20000",
-                   help="node counts for the scaling table ('' to skip)")
+    p.add_argument(
+        "--reference-lines",
+        type=int,
+        default=5_000,
+        help="pod lines decoded by kubernetes-asyncio for the reference figure",
+    )
+    p.add_argument(
+        "--scaling",
+        default="1000,5000,20000",
+        help="node counts for the scaling table ('' to skip)",
+    )
     p.add_argument("--scaling-runs", type=int, default=1)
-    p.add_argument("--quick", action="store_true",
-                   help="tiny sizes, one run, no scaling table: a few seconds")
-    p.add_argument("--scale", action="store_true",
-                   help="ten times today's preset: 20,000 nodes, 200,000 running pods, 100,000 "
-                   "queued jobs, one run, no scaling table (issue 12's targets: pod-deleted -> "
-                   "admission p99 < 50 ms, first cycle < 2 s, peak RSS <= 600 MiB)")
-    p.add_argument("--no-memory", action="store_true",
-                   help="skip the two memory child processes (peak RSS, heap)")
+    p.add_argument(
+        "--quick", action="store_true", help="tiny sizes, one run, no scaling table: a few seconds"
+    )
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="ten times today's preset: 20,000 nodes, 200,000 running pods, 100,000 "
+        "queued jobs, one run, no scaling table (issue 12's targets: pod-deleted -> "
+        "admission p99 < 50 ms, first cycle < 2 s, peak RSS <= 600 MiB)",
+    )
+    p.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="skip the two memory child processes (peak RSS, heap)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write every raw result as JSON here")
-    p.add_argument("--trace", metavar="PATH",
-                   help="no figures: one run on a per-cycle clock, every cycle's decisions "
-                   "(evaluated, admitted jobs, placements, notices) written here as JSON, to "
-                   "compare two code trees")
+    p.add_argument(
+        "--trace",
+        metavar="PATH",
+        help="no figures: one run on a per-cycle clock, every cycle's decisions "
+        "(evaluated, admitted jobs, placements, notices) written here as JSON, to "
+        "compare two code trees",
+    )
     p.add_argument("--child", choices=("core", "memory", "memory-trace"), help=argparse.SUPPRESS)
     return p
 
@@ -93,11 +122,29 @@ def _core(args: argparse.Namespace, sizes: Sizes, runs: int) -> dict[str, Any]:
 
 def _child(args: argparse.Namespace, mode: str, sizes: Sizes, runs: int = 1) -> dict[str, Any]:
     cmd = [
-        sys.executable, "-m", "bench", "--child", mode,
-        "--nodes", str(sizes.nodes), "--pods", str(sizes.pods), "--jobs", str(sizes.jobs),
-        "--seed", str(sizes.seed), "--runs", str(runs), "--queues", str(sizes.queues),
-        "--latency-samples", str(args.latency_samples), "--drain-rounds", str(args.drain_rounds),
-        "--reference-lines", str(args.reference_lines),
+        sys.executable,
+        "-m",
+        "bench",
+        "--child",
+        mode,
+        "--nodes",
+        str(sizes.nodes),
+        "--pods",
+        str(sizes.pods),
+        "--jobs",
+        str(sizes.jobs),
+        "--seed",
+        str(sizes.seed),
+        "--runs",
+        str(runs),
+        "--queues",
+        str(sizes.queues),
+        "--latency-samples",
+        str(args.latency_samples),
+        "--drain-rounds",
+        str(args.drain_rounds),
+        "--reference-lines",
+        str(args.reference_lines),
     ]
     if args.drain_batch:
         cmd += ["--drain-batch", str(args.drain_batch)]
@@ -140,21 +187,29 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     queues = f" {sizes.queues} Queues in a 3-level tree." if sizes.queues else ""
-    print(f"# kube-queue admission-core benchmark\n\nMachine: {machine()}. Seed {args.seed}."
-          f"{queues}")
+    print(
+        f"# kube-queue admission-core benchmark\n\nMachine: {machine()}. Seed {args.seed}.{queues}"
+    )
     main_result = _core(args, sizes, args.runs)
     memory, memory_trace = (None, None) if args.no_memory else _memory(args, sizes)
     print_summary(main_result["summary"], memory, memory_trace)
-    report: dict[str, Any] = {"main": main_result, "memory": memory,
-                              "memory_trace": memory_trace, "scaling": []}
+    report: dict[str, Any] = {
+        "main": main_result,
+        "memory": memory,
+        "memory_trace": memory_trace,
+        "scaling": [],
+    }
     scale = [int(x) for x in args.scaling.split(",") if x.strip()]
     if scale:
         rows = []
         for n in scale:
             s = Sizes.per_node(n, args.seed, args.queues)
             if s == sizes:
-                row = {"summary": main_result["summary"], "memory": memory,
-                       "memory_trace": memory_trace}
+                row = {
+                    "summary": main_result["summary"],
+                    "memory": memory,
+                    "memory_trace": memory_trace,
+                }
             else:
                 core = _child(args, "core", s, args.scaling_runs)
                 mem, heap = (None, None) if args.no_memory else _memory(args, s)

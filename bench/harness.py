@@ -111,13 +111,17 @@ class Harness:
         """What the loop runs once the writes are on their way: the reasons due."""
         result.notices.extend(self.cycle.explain_deferred())
         if self.trace is not None:
-            self.trace.append([
-                result.evaluated,
-                result.waiting,
-                [[list(a.job.key), [[x.node, x.count] for x in a.assignments]]
-                 for a in result.admitted],
-                [[list(n.key), n.reason, n.message] for n in result.notices],
-            ])
+            self.trace.append(
+                [
+                    result.evaluated,
+                    result.waiting,
+                    [
+                        [list(a.job.key), [[x.node, x.count] for x in a.assignments]]
+                        for a in result.admitted
+                    ],
+                    [[list(n.key), n.reason, n.message] for n in result.notices],
+                ]
+            )
 
     # The informers' per-line entry point; bound once so the loops below stay tight.
     def feed_nodes(self, lines: Iterable[bytes]) -> None:

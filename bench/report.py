@@ -50,8 +50,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         put("admitted_per_s", d["admitted"] / d["cycle_s"] if d["cycle_s"] else math.nan)
         put("drain_cycle_p50_ms", percentile(d["cycle_times_s"], 50) * 1e3)
         put("drain_cycle_max_ms", max(d["cycle_times_s"], default=math.nan) * 1e3)
-        put("delete_ingest_eps",
-            d["freed_pods"] / d["delete_ingest_s"] if d["delete_ingest_s"] else math.nan)
+        put(
+            "delete_ingest_eps",
+            d["freed_pods"] / d["delete_ingest_s"] if d["delete_ingest_s"] else math.nan,
+        )
         put("drain_admitted", d["admitted"])
         put("drain_evaluated", d["evaluated"])
         put("drain_rounds", d["rounds"])
@@ -113,12 +115,20 @@ def _fmt(value: float, unit: str) -> str:
 _ROWS = (
     ("ingest_eps", "pod watch-event ingest (decode + cache update), events/s", "/s", ">= 100,000"),
     ("decode_eps", "  of which decode only (informer's msgspec decoders), events/s", "/s", ""),
-    ("reference_eps", "  reference: kubernetes-asyncio Watch.unmarshal_event -> V1Pod, events/s",
-     "/s", "(reference)"),
+    (
+        "reference_eps",
+        "  reference: kubernetes-asyncio Watch.unmarshal_event -> V1Pod, events/s",
+        "/s",
+        "(reference)",
+    ),
     ("delete_ingest_eps", "pod DELETED + Job Complete ingest during the drain, pods/s", "/s", ""),
     ("job_ingest_jps", "Job watch-event ingest (running + queued Jobs), jobs/s", "/s", ""),
-    ("decisions_per_s", "admission decisions/s while draining (jobs evaluated / cycle time)", "/s",
-     ">= 2,000"),
+    (
+        "decisions_per_s",
+        "admission decisions/s while draining (jobs evaluated / cycle time)",
+        "/s",
+        ">= 2,000",
+    ),
     ("admitted_per_s", "  of which admitted, jobs/s of cycle time", "/s", ""),
     ("drain_cycle_p50_ms", "  drain cycle time p50, ms", "ms", ""),
     ("drain_cycle_max_ms", "  drain cycle time max, ms", "ms", ""),
@@ -131,38 +141,53 @@ _ROWS = (
 )
 
 
-def print_summary(summary: dict[str, Any], memory: dict[str, float] | None,
-                  heap: dict[str, float] | None = None) -> None:
+def print_summary(
+    summary: dict[str, Any], memory: dict[str, float] | None, heap: dict[str, float] | None = None
+) -> None:
     """``memory`` from the plain child (RSS), ``heap`` from the tracemalloc child (its RSS is
     inflated by tracemalloc's own bookkeeping, so only its heap figures are used)."""
     s = summary["sizes"]
     f = summary["figures"]
-    print(f"\n### {s['nodes']:,} nodes, {s['pods']:,} running pods, {s['queued']:,} queued jobs "
-          f"({summary['runs']} runs; pod lines {summary['pod_line_bytes']:.0f} B avg; reference "
-          f"decode over {summary['reference_lines']:,} of the same lines)\n")
+    print(
+        f"\n### {s['nodes']:,} nodes, {s['pods']:,} running pods, {s['queued']:,} queued jobs "
+        f"({summary['runs']} runs; pod lines {summary['pod_line_bytes']:.0f} B avg; reference "
+        f"decode over {summary['reference_lines']:,} of the same lines)\n"
+    )
     print("| figure | target | median | spread (min - max) |")
     print("|---|---|---:|---:|")
     for key, label, unit, target in _ROWS:
         v = f[key]
-        print(f"| {label} | {target} | {_fmt(v['median'], unit)} | "
-              f"{_fmt(v['min'], unit)} - {_fmt(v['max'], unit)} |")
+        print(
+            f"| {label} | {target} | {_fmt(v['median'], unit)} | "
+            f"{_fmt(v['min'], unit)} - {_fmt(v['max'], unit)} |"
+        )
     if memory:
-        print(f"| peak RSS of the process with the whole state, MiB | <= {MIB_TARGET:.0f} | "
-              f"{memory['peak_rss_mib']:.1f} | |")
-        print(f"|   RSS after the state is built / interpreter + imports baseline, MiB | | "
-              f"{memory['rss_mib']:.1f} / {memory['baseline_rss_mib']:.1f} | |")
+        print(
+            f"| peak RSS of the process with the whole state, MiB | <= {MIB_TARGET:.0f} | "
+            f"{memory['peak_rss_mib']:.1f} | |"
+        )
+        print(
+            f"|   RSS after the state is built / interpreter + imports baseline, MiB | | "
+            f"{memory['rss_mib']:.1f} / {memory['baseline_rss_mib']:.1f} | |"
+        )
     if heap:
-        print(f"|   Python heap (tracemalloc) holding the state / peak while building, MiB"
-              f" | | {heap['heap_mib']:.1f} / {heap['heap_peak_mib']:.1f} | |")
+        print(
+            f"|   Python heap (tracemalloc) holding the state / peak while building, MiB"
+            f" | | {heap['heap_mib']:.1f} / {heap['heap_peak_mib']:.1f} | |"
+        )
     n = f["latency_samples"]["median"]
-    print(f"\nLatency samples per run: {n:.0f} deletions that enabled an admission, "
-          f"{f['idle_samples']['median']:.0f} that did not. Drain per run: "
-          f"{f['drain_rounds']['median']:.0f} rounds, {f['drain_evaluated']['median']:,.0f} "
-          f"decisions, {f['drain_admitted']['median']:,.0f} admitted; left queued "
-          f"{f['left_queued']['median']:.0f} (of which can never fit / invalid: "
-          f"{f['left_hopeless']['median']:.0f}).")
-    print(f"Accounting check (no node over-committed, cache bookkeeping == recomputation == "
-          f"generator ledger): {'OK' if not summary['problems'] else 'FAILED'}")
+    print(
+        f"\nLatency samples per run: {n:.0f} deletions that enabled an admission, "
+        f"{f['idle_samples']['median']:.0f} that did not. Drain per run: "
+        f"{f['drain_rounds']['median']:.0f} rounds, {f['drain_evaluated']['median']:,.0f} "
+        f"decisions, {f['drain_admitted']['median']:,.0f} admitted; left queued "
+        f"{f['left_queued']['median']:.0f} (of which can never fit / invalid: "
+        f"{f['left_hopeless']['median']:.0f})."
+    )
+    print(
+        f"Accounting check (no node over-committed, cache bookkeeping == recomputation == "
+        f"generator ledger): {'OK' if not summary['problems'] else 'FAILED'}"
+    )
     for p in summary["problems"]:
         print(f"  - {p}")
     if summary["log_events"]:
@@ -172,8 +197,10 @@ def print_summary(summary: dict[str, Any], memory: dict[str, float] | None,
 
 def print_scaling(rows: list[dict[str, Any]]) -> None:
     print("\n### Scaling (10 pods and 2 queued jobs per node; medians)\n")
-    print("| nodes | pods | queued jobs | ingest events/s | decisions/s | latency p50 / p99 ms | "
-          "idle cycle p50 / p99 ms | first cycle ms | peak RSS MiB | heap MiB |")
+    print(
+        "| nodes | pods | queued jobs | ingest events/s | decisions/s | latency p50 / p99 ms | "
+        "idle cycle p50 / p99 ms | first cycle ms | peak RSS MiB | heap MiB |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         s = row["summary"]["sizes"]

@@ -56,13 +56,26 @@ PRIORITY_CLASSES = {
     "system-cluster-critical": 2_000_000_000,
     "system-node-critical": 2_000_001_000,
 }
-_JOB_CLASSES = ((None, 50), ("batch-low", 15), ("batch-normal", 20), ("batch-high", 10),
-                ("research-critical", 5))
+_JOB_CLASSES = (
+    (None, 50),
+    ("batch-low", 15),
+    ("batch-normal", 20),
+    ("batch-high", 10),
+    ("research-critical", 5),
+)
 _DEFAULT_TOLERATIONS = [
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-     "tolerationSeconds": 300},
-    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-     "tolerationSeconds": 300},
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
 ]
 _encode = msgspec.json.Encoder().encode
 
@@ -237,10 +250,20 @@ class Cluster:
         if n.zone:
             labels["topology.kubernetes.io/zone"] = n.zone
             labels["topology.kubernetes.io/region"] = "eu-west-1"
-        alloc = {"cpu": f"{k.cpu_m}m", "memory": f"{k.mem_mi * 1024}Ki", "pods": str(POD_SLOTS),
-                 "ephemeral-storage": "475Gi", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
-        capacity = {"cpu": str(-(-k.cpu_m // 1000)), "memory": f"{k.mem_mi * 1024 + 8_388_608}Ki",
-                    "pods": str(POD_SLOTS), "ephemeral-storage": "500Gi"}
+        alloc = {
+            "cpu": f"{k.cpu_m}m",
+            "memory": f"{k.mem_mi * 1024}Ki",
+            "pods": str(POD_SLOTS),
+            "ephemeral-storage": "475Gi",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+        }
+        capacity = {
+            "cpu": str(-(-k.cpu_m // 1000)),
+            "memory": f"{k.mem_mi * 1024 + 8_388_608}Ki",
+            "pods": str(POD_SLOTS),
+            "ephemeral-storage": "500Gi",
+        }
         if k.gpus:
             labels["nvidia.com/gpu.product"] = k.product
             labels["nvidia.com/gpu.count"] = str(k.gpus)
@@ -252,30 +275,57 @@ class Cluster:
             spec["unschedulable"] = True
         ts = "2026-01-01T00:00:00Z"
         conditions = [
-            {"type": t, "status": "False", "lastHeartbeatTime": ts, "lastTransitionTime": ts,
-             "reason": f"KubeletHas{r}", "message": m}
-            for t, r, m in (("MemoryPressure", "SufficientMemory", "kubelet has enough memory"),
-                            ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
-                            ("PIDPressure", "SufficientPID", "kubelet has sufficient PID"))
+            {
+                "type": t,
+                "status": "False",
+                "lastHeartbeatTime": ts,
+                "lastTransitionTime": ts,
+                "reason": f"KubeletHas{r}",
+                "message": m,
+            }
+            for t, r, m in (
+                ("MemoryPressure", "SufficientMemory", "kubelet has enough memory"),
+                ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "SufficientPID", "kubelet has sufficient PID"),
+            )
         ]
-        conditions.append({"type": "Ready", "status": "True" if n.ready else "False",
-                           "lastHeartbeatTime": ts, "lastTransitionTime": ts,
-                           "reason": "KubeletReady" if n.ready else "NodeStatusUnknown",
-                           "message": "kubelet is posting ready status"})
+        conditions.append(
+            {
+                "type": "Ready",
+                "status": "True" if n.ready else "False",
+                "lastHeartbeatTime": ts,
+                "lastTransitionTime": ts,
+                "reason": "KubeletReady" if n.ready else "NodeStatusUnknown",
+                "message": "kubelet is posting ready status",
+            }
+        )
         return {
             "kind": "Node",
             "apiVersion": "v1",
-            "metadata": {"name": n.name, "uid": self._uid(), "resourceVersion": self._rv_str(),
-                         "creationTimestamp": ts, "labels": labels,
-                         "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+            "metadata": {
+                "name": n.name,
+                "uid": self._uid(),
+                "resourceVersion": self._rv_str(),
+                "creationTimestamp": ts,
+                "labels": labels,
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            },
             "spec": spec,
             "status": {
-                "capacity": capacity, "allocatable": alloc, "conditions": conditions,
-                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
-                              {"type": "Hostname", "address": n.name}],
-                "nodeInfo": {"kubeletVersion": "v1.36.3", "containerRuntimeVersion":
-                             "containerd://2.1.4", "osImage": "Bottlerocket OS 1.40.0",
-                             "architecture": "amd64", "operatingSystem": "linux"},
+                "capacity": capacity,
+                "allocatable": alloc,
+                "conditions": conditions,
+                "addresses": [
+                    {"type": "InternalIP", "address": "10.0.0.1"},
+                    {"type": "Hostname", "address": n.name},
+                ],
+                "nodeInfo": {
+                    "kubeletVersion": "v1.36.3",
+                    "containerRuntimeVersion": "containerd://2.1.4",
+                    "osImage": "Bottlerocket OS 1.40.0",
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
+                },
             },
         }
 
@@ -301,14 +351,19 @@ class Cluster:
             gpu = r < 0.3 and gpu_misses < 8 and bool(gpu_pool)
             if gpu:
                 g = rng.choice((1, 1, 2, 2, 4, 8))
-                shape = Shape(g * rng.choice((4_000, 6_000, 8_000)),
-                              g * rng.choice((16, 32, 64)) * 1024, g, rng.random() < 0.3)
+                shape = Shape(
+                    g * rng.choice((4_000, 6_000, 8_000)),
+                    g * rng.choice((16, 32, 64)) * 1024,
+                    g,
+                    rng.random() < 0.3,
+                )
                 pool, tolerations = gpu_pool, [_toleration(GPU_TAINT)]
                 count = rng.choice((1, 1, 2, 4, 8))
             else:
                 cpu = rng.choice((500, 1_000, 2_000, 2_000, 4_000, 4_000, 8_000, 16_000))
-                shape = Shape(cpu, cpu * rng.choice((1, 2, 4)) * 1024 // 1000,
-                              0, rng.random() < 0.3)
+                shape = Shape(
+                    cpu, cpu * rng.choice((1, 2, 4)) * 1024 // 1000, 0, rng.random() < 0.3
+                )
                 infra = rng.random() < 0.05
                 pool = infra_pool if infra else plain_pool
                 tolerations = [_toleration(INFRA_TAINT)] if infra else []
@@ -389,19 +444,25 @@ class Cluster:
                 count = rng.randint(17, 64)
             g = rng.choice((0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8))
             if g:
-                shape = Shape(g * rng.choice((4_000, 6_000, 8_000, 10_000, 11_000)),
-                              g * rng.choice((32, 64, 96)) * 1024, g, rng.random() < 0.3)
+                shape = Shape(
+                    g * rng.choice((4_000, 6_000, 8_000, 10_000, 11_000)),
+                    g * rng.choice((32, 64, 96)) * 1024,
+                    g,
+                    rng.random() < 0.3,
+                )
             else:
                 cpu = rng.choice((250, 500, 1_000, 1_000, 2_000, 2_000, 4_000, 8_000, 16_000))
-                shape = Shape(cpu, cpu * rng.choice((1, 2, 4, 8)) * 1024 // 1000, 0,
-                              rng.random() < 0.3)
+                shape = Shape(
+                    cpu, cpu * rng.choice((1, 2, 4, 8)) * 1024 // 1000, 0, rng.random() < 0.3
+                )
             selector: dict[str, str] = {}
             p = rng.random()
             if p < 0.15:
                 selector["topology.kubernetes.io/zone"] = ZONES[rng.randrange(3)]
             elif p < 0.2 and g:
                 selector["nvidia.com/gpu.product"] = rng.choice(
-                    [k.product for k in NODE_KINDS if k.gpus])
+                    [k.product for k in NODE_KINDS if k.gpus]
+                )
             tolerations = [_toleration(GPU_TAINT)] if g and rng.random() < 0.7 else []
             w = Workload(
                 kind="Job",
@@ -420,24 +481,43 @@ class Cluster:
             yield w
 
     # ------------------------------------------------------------------ objects
-    def pod_obj(self, pod: PodRec, *, phase: str = "Running", deleting: bool = False
-                ) -> dict[str, Any]:
+    def pod_obj(
+        self, pod: PodRec, *, phase: str = "Running", deleting: bool = False
+    ) -> dict[str, Any]:
         w = pod.owner
         ts = w.created
         if w.kind == "Job":
-            labels = {"batch.kubernetes.io/controller-uid": w.uid,
-                      "batch.kubernetes.io/job-name": w.name, "team": w.namespace}
+            labels = {
+                "batch.kubernetes.io/controller-uid": w.uid,
+                "batch.kubernetes.io/job-name": w.name,
+                "team": w.namespace,
+            }
             api_version = "batch/v1"
         else:
-            labels = {"app": w.name, "pod-template-hash": pod.name.split("-")[-2],
-                      "team": w.namespace}
+            labels = {
+                "app": w.name,
+                "pod-template-hash": pod.name.split("-")[-2],
+                "team": w.namespace,
+            }
             api_version = "apps/v1"
         meta: dict[str, Any] = {
-            "name": pod.name, "generateName": pod.name[:-5], "namespace": w.namespace,
-            "uid": pod.uid, "resourceVersion": self._rv_str(), "creationTimestamp": ts,
+            "name": pod.name,
+            "generateName": pod.name[:-5],
+            "namespace": w.namespace,
+            "uid": pod.uid,
+            "resourceVersion": self._rv_str(),
+            "creationTimestamp": ts,
             "labels": labels,
-            "ownerReferences": [{"apiVersion": api_version, "kind": w.kind, "name": w.name,
-                                 "uid": w.uid, "controller": True, "blockOwnerDeletion": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": api_version,
+                    "kind": w.kind,
+                    "name": w.name,
+                    "uid": w.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         }
         if deleting:
             meta["deletionTimestamp"] = ts
@@ -455,15 +535,32 @@ class Cluster:
             "status": {
                 "phase": phase,
                 "conditions": [
-                    {"type": t, "status": "True", "lastProbeTime": None,
-                     "lastTransitionTime": w.created}
-                    for t in ("PodReadyToStartContainers", "Initialized", "Ready",
-                              "ContainersReady", "PodScheduled")
+                    {
+                        "type": t,
+                        "status": "True",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": w.created,
+                    }
+                    for t in (
+                        "PodReadyToStartContainers",
+                        "Initialized",
+                        "Ready",
+                        "ContainersReady",
+                        "PodScheduled",
+                    )
                 ],
-                "hostIP": "10.0.0.1", "qosClass": "Burstable",
-                "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0,
-                                       "image": spec["containers"][0]["image"],
-                                       "imageID": "", "state": {"running": {}}}],
+                "hostIP": "10.0.0.1",
+                "qosClass": "Burstable",
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": spec["containers"][0]["image"],
+                        "imageID": "",
+                        "state": {"running": {}},
+                    }
+                ],
             },
         }
 
@@ -520,51 +617,81 @@ class Cluster:
             spec["priorityClassName"] = w.priority_class
         status: dict[str, Any]
         if complete:
-            status = {"conditions": [{"type": "Complete", "status": "True",
-                                      "lastTransitionTime": w.created}],
-                      "succeeded": w.count, "ready": 0}
+            status = {
+                "conditions": [
+                    {"type": "Complete", "status": "True", "lastTransitionTime": w.created}
+                ],
+                "succeeded": w.count,
+                "ready": 0,
+            }
         elif suspend:
-            status = {"conditions": [{"type": "Suspended", "status": "True",
-                                      "reason": "JobSuspended", "lastTransitionTime": w.created}]}
+            status = {
+                "conditions": [
+                    {
+                        "type": "Suspended",
+                        "status": "True",
+                        "reason": "JobSuspended",
+                        "lastTransitionTime": w.created,
+                    }
+                ]
+            }
         else:
             status = {"active": len(w.pods), "ready": len(w.pods), "startTime": w.created}
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": w.name, "namespace": w.namespace, "uid": w.uid,
-                         "resourceVersion": self._rv_str(), "generation": 1,
-                         "creationTimestamp": w.created,
-                         "labels": {"team": w.namespace, "app.kubernetes.io/name": "trainer",
-                                    **self._queue_label(w)},
-                         "annotations": annotations},
+            "metadata": {
+                "name": w.name,
+                "namespace": w.namespace,
+                "uid": w.uid,
+                "resourceVersion": self._rv_str(),
+                "generation": 1,
+                "creationTimestamp": w.created,
+                "labels": {
+                    "team": w.namespace,
+                    "app.kubernetes.io/name": "trainer",
+                    **self._queue_label(w),
+                },
+                "annotations": annotations,
+            },
             "spec": {
-                "parallelism": w.count, "completions": w.count, "backoffLimit": 6,
-                "completionMode": "NonIndexed", "suspend": suspend, "manualSelector": False,
+                "parallelism": w.count,
+                "completions": w.count,
+                "backoffLimit": 6,
+                "completionMode": "NonIndexed",
+                "suspend": suspend,
+                "manualSelector": False,
                 "podReplacementPolicy": "TerminatingOrFailed",
                 "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": w.uid}},
-                "template": {"metadata": {"labels": {"batch.kubernetes.io/job-name": w.name,
-                                                     "team": w.namespace}},
-                             "spec": spec},
+                "template": {
+                    "metadata": {
+                        "labels": {"batch.kubernetes.io/job-name": w.name, "team": w.namespace}
+                    },
+                    "spec": spec,
+                },
             },
             "status": status,
         }
 
-    def job_line(self, w: Workload, *, suspend: bool, complete: bool = False,
-                 type_: str = "ADDED") -> bytes:
+    def job_line(
+        self, w: Workload, *, suspend: bool, complete: bool = False, type_: str = "ADDED"
+    ) -> bytes:
         return event(type_, self.job_obj(w, suspend=suspend, complete=complete))
 
 
-def _queue(name: str, parent: str | None, gpus_min: int, gpus_max: int | None
-           ) -> dict[str, Any]:
+def _queue(name: str, parent: str | None, gpus_min: int, gpus_max: int | None) -> dict[str, Any]:
     quota: dict[str, Any] = {"min": {"nvidia.com/gpu": gpus_min}}
     if gpus_max is not None:
         quota["max"] = {"nvidia.com/gpu": gpus_max}
     spec: dict[str, Any] = {"quota": quota}
     if parent:
         spec["parent"] = parent
-    return {"apiVersion": "kube-queue.io/v1alpha1", "kind": "Queue",
-            "metadata": {"name": name, "uid": f"queue-{name}", "resourceVersion": "1"},
-            "spec": spec}
+    return {
+        "apiVersion": "kube-queue.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": name, "uid": f"queue-{name}", "resourceVersion": "1"},
+        "spec": spec,
+    }
 
 
 def event(type_: str, obj: dict[str, Any]) -> bytes:
@@ -573,11 +700,17 @@ def event(type_: str, obj: dict[str, Any]) -> bytes:
 
 def priority_class_lines() -> Iterator[bytes]:
     for i, (name, value) in enumerate(PRIORITY_CLASSES.items()):
-        yield event("ADDED", {
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": name, "resourceVersion": str(100 + i)},
-            "value": value, "globalDefault": False, "preemptionPolicy": "PreemptLowerPriority",
-        })
+        yield event(
+            "ADDED",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name, "resourceVersion": str(100 + i)},
+                "value": value,
+                "globalDefault": False,
+                "preemptionPolicy": "PreemptLowerPriority",
+            },
+        )
 
 
 def _toleration(taint: tuple[str, str, str]) -> dict[str, str]:
@@ -590,19 +723,25 @@ def _pod_spec(w: Workload) -> dict[str, Any]:
     limits = {"memory": f"{s.mem_mi}Mi"}
     if s.gpus:
         requests[GPU] = limits[GPU] = str(s.gpus)
-    containers: list[dict[str, Any]] = [{
-        "name": "main",
-        "image": f"registry.example.com/{w.name.split('-')[0]}:v1.8.2",
-        "resources": {"requests": requests, "limits": limits},
-        "imagePullPolicy": "IfNotPresent",
-    }]
+    containers: list[dict[str, Any]] = [
+        {
+            "name": "main",
+            "image": f"registry.example.com/{w.name.split('-')[0]}:v1.8.2",
+            "resources": {"requests": requests, "limits": limits},
+            "imagePullPolicy": "IfNotPresent",
+        }
+    ]
     if s.sidecar:
-        containers.append({
-            "name": "log-shipper",
-            "image": "registry.example.com/infra/fluent-bit:3.2",
-            "resources": {"requests": {"cpu": f"{SIDECAR_CPU_M}m", "memory": f"{SIDECAR_MEM_MI}Mi"},
-                          "limits": {"memory": f"{SIDECAR_MEM_MI}Mi"}},
-        })
+        containers.append(
+            {
+                "name": "log-shipper",
+                "image": "registry.example.com/infra/fluent-bit:3.2",
+                "resources": {
+                    "requests": {"cpu": f"{SIDECAR_CPU_M}m", "memory": f"{SIDECAR_MEM_MI}Mi"},
+                    "limits": {"memory": f"{SIDECAR_MEM_MI}Mi"},
+                },
+            }
+        )
     spec: dict[str, Any] = {
         "containers": containers,
         "restartPolicy": "Never" if w.kind == "Job" else "Always",

@@ -80,15 +80,16 @@ def local_webhook_configuration(
 
 
 def pod_gate_configuration(
-    rendered: list[dict[str, Any]], name: str, port: int, ca_pem: bytes, namespace: str
+    rendered: list[dict[str, Any]], name: str, port: int, ca_pem: bytes, namespace: str | None
 ) -> dict[str, Any]:
     """The chart's pod-gate webhooks (pinning), served at https://127.0.0.1:<port>, for pods of
-    ``namespace`` only: other tests' pods must not depend on this test's controller."""
+    ``namespace`` only (other tests' pods must not depend on this test's controller), or as
+    the chart scopes them (None)."""
     [config] = [m for m in rendered if m["kind"] == "MutatingWebhookConfiguration"]
     local = local_webhook_configuration(config, name, port, ca_pem)
-    local["webhooks"] = [
-        {**hook, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
-        for hook in local["webhooks"]
-        if hook["clientConfig"]["url"].endswith("/mutate/pod-gate")
-    ]
+    hooks = [h for h in local["webhooks"] if h["clientConfig"]["url"].endswith("/mutate/pod-gate")]
+    if namespace is not None:
+        only = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        hooks = [{**hook, "namespaceSelector": only} for hook in hooks]
+    local["webhooks"] = hooks
     return local

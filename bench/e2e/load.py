@@ -208,6 +208,9 @@ class PodWatch:
     _pods: dict[str, tuple[str, int, float]] = field(default_factory=dict)
     _pending_since: dict[str, float] = field(default_factory=dict)
     stuck: set[str] = field(default_factory=set)
+    # The node each pod was first seen bound to (kept after it ends): where plans went.
+    bound: dict[str, str] = field(default_factory=dict)
+    bound_at: dict[str, float] = field(default_factory=dict)
 
     def _gone(self, key: str) -> None:
         old = self._pods.pop(key, None)
@@ -238,6 +241,9 @@ class PodWatch:
             requests = (c.get("resources") or {}).get("requests") or {}
             gpus += int(requests.get(GPU, 0))
             cpu += _cpu(requests.get("cpu", "0"))
+        if key not in self.bound:
+            self.bound[key] = node
+            self.bound_at[key] = time.monotonic()
         self._pods[key] = (node, gpus, cpu)
         self.gpus_by_node[node] = self.gpus_by_node.get(node, 0) + gpus
         self.cpu_by_node[node] = self.cpu_by_node.get(node, 0.0) + cpu

@@ -22,16 +22,18 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 from e2e.cluster.nodes import NodeSpec
 from e2e.cluster.runner import LocalCluster
-from e2e.controller import KubeQueue, install_identity
+from e2e.controller import KubeQueue, free_port, install_identity, render_chart
 from e2e.support import Kubectl
+from e2e.webhook import pod_gate_configuration, write_serving_cert
 
 from bench.e2e.load import (
     GPU,
@@ -195,6 +197,80 @@ class KubeQueueSystem(System):
         return {QUEUE_LABEL: name}
 
 
+class KubeQueuePinnedSystem(KubeQueueSystem):
+    """kube-queue with pinning: it serves the webhook and the chart's pod-gate webhooks
+    (every namespace but kube-system, as the chart has them) point at it."""
+
+    name = "kube-queue-pinned"
+
+    async def start(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
+        cert_dir = cluster.work_dir / "webhook"
+        ca = await anyio.to_thread.run_sync(write_serving_cert, cert_dir)
+        port = free_port()
+        flags = (
+            f"--webhook-port={port}",
+            "--webhook-host=127.0.0.1",
+            f"--webhook-cert-dir={cert_dir}",
+        )
+        self.settings = replace(
+            self.settings, kube_queue_args=(*self.settings.kube_queue_args, *flags)
+        )
+        await super().start(cluster, kubectl)
+        rendered = await render_chart(cluster.binaries.helm)
+        config = pod_gate_configuration(rendered, "kube-queue-bench", port, ca, None)
+        await kubectl("apply", "-f", "-", stdin=json.dumps(config))
+
+
+def placement_figures(
+    kq: KubeQueue | None, bound: dict[str, str], namespace: str
+) -> dict[str, Any]:
+    """From the controller's log (its plan: ``job.admitted`` placement, and its requeues) and
+    the pods' own nodes (``bound``): pods bound off the plan of a job admitted once, Unplaceable
+    requeues, holds relocated. Plans over more than 5 nodes are shown cut in the log: skipped."""
+    if kq is None:
+        return {}
+    planned: dict[str, Counter[str]] = {}
+    admissions: Counter[str] = Counter()
+    unplaceable = relocated = 0
+    for line in kq.log().splitlines():
+        if not line.startswith("{"):
+            continue
+        event = json.loads(line)
+        name = event.get("event")
+        if name == "job.admitted" and str(event.get("job", "")).startswith(f"{namespace}/"):
+            job = event["job"].partition("/")[2]
+            admissions[job] += 1
+            text = str(event.get("placement", ""))
+            if "more nodes" in text:
+                continue
+            plan: Counter[str] = Counter()
+            for part in filter(None, text.split(", ")):
+                node, _, count = part.partition(" (")
+                plan[node] += int(count.split()[0])
+            planned[job] = plan
+        elif name == "job.requeued" and event.get("reason") == "Unplaceable":
+            unplaceable += 1
+        elif name == "reservation.relocated":
+            relocated += int(event.get("pods", 0))
+    on_nodes: dict[str, Counter[str]] = {}
+    for key, node in bound.items():
+        ns, _, pod = key.partition("/")
+        if ns == namespace:
+            on_nodes.setdefault(pod.rsplit("-", 1)[0], Counter())[node] += 1
+    off = judged = 0
+    for job, plan in planned.items():
+        if admissions[job] != 1 or job not in on_nodes:
+            continue
+        judged += sum(on_nodes[job].values())
+        off += sum((on_nodes[job] - plan).values())
+    return {
+        "pods_judged_against_plan": judged,
+        "pods_bound_off_plan": off,
+        "unplaceable_requeues": unplaceable,
+        "holds_relocated": relocated,
+    }
+
+
 class KueueSystem(System):
     """Kueue, started in prepare() (its queue objects need the manager's webhooks and status);
     for a backlog its ClusterQueues are created with ``stopPolicy: Hold`` and released by
@@ -315,6 +391,7 @@ class ClientLoopSystem(System):
 def make_system(name: str, settings: Settings) -> System:
     systems: dict[str, type[System]] = {
         "kube-queue": KubeQueueSystem,
+        "kube-queue-pinned": KubeQueuePinnedSystem,
         "kueue": KueueSystem,
         "client-loop": ClientLoopSystem,
     }
@@ -500,6 +577,7 @@ async def burst(
             no_borrowing=False,
         )
         seen = Admissions()
+        pods = PodWatch()
         names = [f"b-{i:05d}" for i in range(jobs)]
         manifests = [
             _job(name, gpus=g, cpu=c, memory="1Gi", labels=labels)
@@ -517,6 +595,9 @@ async def burst(
                 seen.informer(client, "burst"),
                 lambda: len(seen.running) >= jobs,
                 1800,
+            )
+            tg.start_soon(
+                _run_informer_until, pods.informer(client), lambda: len(pods.bound) >= jobs, 1800
             )
             started = time.monotonic()
             if not backlog:
@@ -560,6 +641,14 @@ async def burst(
         "wait_p99_s": percentile(waits, 0.99),
         "controller_cpu_s": cpu_used,
         "controller_peak_rss_mib": rss,
+        # Until every job's pod is bound to a node (pinning adds a pod PATCH before that).
+        "all_bound_s": (max(pods.bound_at.values()) - started) if pods.bound_at else float("nan"),
+        "bound_per_s": (
+            len(pods.bound_at) / (max(pods.bound_at.values()) - started)
+            if pods.bound_at
+            else float("nan")
+        ),
+        **placement_figures(getattr(system, "kq", None), pods.bound, "burst"),
         "admitted_twice": sum(1 for v in seen.transitions.values() if v > 1),
         "conflicts": (
             len(system.conflicts) if isinstance(system, ClientLoopSystem) else float("nan")
@@ -684,6 +773,7 @@ async def fragmentation(
         "gpu_utilisation_series": [round(s, 3) for s in samples],
         "admitted_pods_unschedulable_over_10s": len(pods.stuck),
         "unschedulable_pods": sorted(pods.stuck),
+        **placement_figures(getattr(system, "kq", None), pods.bound, "frag"),
     }
 
 
