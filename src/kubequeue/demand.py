@@ -19,10 +19,17 @@ from typing import Any
 import msgspec
 
 from kubequeue import resources
+from kubequeue.labels import TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED
 from kubequeue.objects import Container, PodSpec, PodTemplateSpec
 from kubequeue.quantity import QuantityError, milli_value, parse_nano, unit_value
 from kubequeue.resources import PODS, Resources
-from kubequeue.scheduling import ConstraintError, NodeConstraints, constraints_of
+from kubequeue.scheduling import (
+    ConstraintError,
+    NodeConstraints,
+    TopologyRequest,
+    constraints_of,
+    is_label_key,
+)
 
 __all__ = [
     "DemandError",
@@ -31,6 +38,7 @@ __all__ = [
     "parse_resource_map",
     "pod_request",
     "pod_set_from_template",
+    "topology_of",
     "total_demand",
 ]
 
@@ -57,12 +65,41 @@ class DemandError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PodSet:
-    """``count`` identical pods, each requesting ``request``, placed where ``constraints`` allow."""
+    """``count`` identical pods, each requesting ``request``, placed where ``constraints`` allow
+    (and, with ``topology``, together in one domain of a node label: capacity/topology.py)."""
 
     name: str
     count: int
     request: Resources
     constraints: NodeConstraints = field(default_factory=NodeConstraints)
+    topology: TopologyRequest | None = None
+
+
+def topology_of(annotations: Mapping[str, Any], where: str) -> TopologyRequest | None:
+    """The topology a job or pod template asks for (labels.py: TOPOLOGY_*); DemandError
+    (InvalidTopology) for a value that is no node label key, or both kinds asked at once."""
+    asked = [
+        (key, required)
+        for keys, required in ((TOPOLOGY_REQUIRED, True), (TOPOLOGY_PREFERRED, False))
+        for key in keys
+        if key in annotations
+    ]
+    if not asked:
+        return None
+    if len({required for _, required in asked}) > 1:
+        raise DemandError(
+            f"{where}: asks for a required and a preferred topology at once; keep one",
+            "InvalidTopology",
+        )
+    key, required = asked[0]
+    level = annotations[key]
+    if not isinstance(level, str) or not is_label_key(level):
+        raise DemandError(
+            f"{where}: annotation {key} must name a node label key (e.g. "
+            f"topology.kubernetes.io/zone), not {str(level)[:80]!r}",
+            "InvalidTopology",
+        )
+    return TopologyRequest(level, required)
 
 
 def total_demand(pod_sets: Sequence[PodSet]) -> Resources:
@@ -258,9 +295,17 @@ def pod_set_from_template(name: str, count: Any, template: Any, where: str) -> P
     """One PodSet from a replica count and a pod template dict (shared by every job kind)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise DemandError(f"{where}: replica count {count!r} is not a non-negative integer")
-    spec = decode_template(template, where).spec
+    decoded = decode_template(template, where)
+    spec = decoded.spec
     try:
         constraints = constraints_of(spec)
     except ConstraintError as exc:
         raise DemandError(f"{where}: {exc}") from None
-    return PodSet(name=name, count=count, request=pod_request(spec, where), constraints=constraints)
+    template_meta = decoded.metadata
+    return PodSet(
+        name=name,
+        count=count,
+        request=pod_request(spec, where),
+        constraints=constraints,
+        topology=topology_of(template_meta.annotations, where),
+    )

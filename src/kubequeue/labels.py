@@ -21,6 +21,8 @@ __all__ = [
     "REQUEUES",
     "STOPPED",
     "SUSPEND_ANNOTATION",
+    "TOPOLOGY_PREFERRED",
+    "TOPOLOGY_REQUIRED",
 ]
 
 # Written by kube-queue on admission; its presence on a running job means "kube-queue admitted
@@ -61,3 +63,10 @@ GAVE_UP = "kube-queue.io/gave-up"
 PLACEMENT_GATE = "kube-queue.io/placement"
 # The node label a pinned pod's nodeSelector gets, naming the node the plan chose.
 HOSTNAME = "kubernetes.io/hostname"
+# Users ask for a gang's pods in one domain of a topology level (a node label) with these, on
+# the job or on a pod template; Kueue's names for the same are accepted on either too.
+TOPOLOGY_REQUIRED = ("kube-queue.io/topology-required", "kueue.x-k8s.io/podset-required-topology")
+TOPOLOGY_PREFERRED = (
+    "kube-queue.io/topology-preferred",
+    "kueue.x-k8s.io/podset-preferred-topology",
+)

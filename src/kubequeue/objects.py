@@ -33,6 +33,7 @@ __all__ = [
     "PodTemplateSpec",
     "Quantities",
     "Taint",
+    "TemplateMeta",
     "Toleration",
     "WatchEvent",
 ]
@@ -147,8 +148,16 @@ class Pod(msgspec.Struct):
     status: PodStatus = msgspec.field(default_factory=PodStatus)
 
 
+class TemplateMeta(msgspec.Struct):
+    """A pod template's metadata: its annotations may ask for a topology (capacity/topology.py).
+    (Pods themselves are decoded without annotations: there are many of them.)"""
+
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
 class PodTemplateSpec(msgspec.Struct):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: TemplateMeta = msgspec.field(default_factory=TemplateMeta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
 
 

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 
 from kubequeue.objects import NodeSelectorTerm, PodSpec, Taint, Toleration
 
-__all__ = ["HARD_EFFECTS", "ConstraintError", "NodeConstraints", "constraints_of", "tolerates"]
+__all__ = [
+    "HARD_EFFECTS",
+    "ConstraintError",
+    "NodeConstraints",
+    "TopologyRequest",
+    "constraints_of",
+    "is_label_key",
+    "tolerates",
+]
 
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
@@ -85,6 +93,18 @@ class NodeConstraints:
         if self.tolerations:
             parts.append(f"{len(self.tolerations)} toleration(s)")
         return " and ".join(parts) or "no constraints"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """A gang's pods together in one domain of a topology level (a node label such as a rack
+    or ``nvidia.com/gpu.clique``): ``required`` or else as few domains as possible."""
+
+    level: str
+    required: bool
+
+    def describe(self) -> str:
+        return f"{'in one' if self.required else 'preferably in one'} {self.level}"
 
 
 def tolerates(tolerations: Sequence[Toleration], taint: Taint) -> bool:
@@ -172,7 +192,7 @@ def _check_accepted(key: str, operator: str, values: Sequence[str]) -> None:
     least, most, wanted = _COUNTS[operator]
     if len(values) < least or (most is not None and len(values) > most):
         raise ConstraintError(f"node affinity {operator} on {key!r} {wanted}, got {len(values)}")
-    if not _is_label_key(key):
+    if not is_label_key(key):
         raise ConstraintError(f"node affinity key {key!r} is not a valid label key")
 
 
@@ -190,7 +210,7 @@ def _field_requirement(key: str, operator: str, values: Sequence[str]) -> Requir
     return key, operator, frozenset(values)
 
 
-def _is_label_key(key: str) -> bool:
+def is_label_key(key: str) -> bool:
     """validation.IsQualifiedName: an optional DNS subdomain and "/", then a label name."""
     prefix, slash, name = key.rpartition("/")
     if slash and not _is_dns_subdomain(prefix):

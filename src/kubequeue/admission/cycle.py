@@ -45,7 +45,8 @@ from kubequeue.admission.tracker import JobTracker
 from kubequeue.admission.walk import OneLine, Walk
 from kubequeue.capacity.binding import BindingGuard
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, explain, without_amounts
+from kubequeue.capacity.fit import Assignment, without_amounts
+from kubequeue.capacity.topology import explain_together
 from kubequeue.queueing.queue import QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
 from kubequeue.queueing.spec import STRICT_FIFO
@@ -834,7 +835,7 @@ class AdmissionCycle:
         cache = self.tracker.cache
         spent = False
         if job.never_fits_generation != cache.nodes_generation:
-            job.never_fits = explain(job.pod_sets, cache, empty_cluster=True)
+            job.never_fits = explain_together(job.pod_sets, cache, empty_cluster=True)
             job.never_fits_generation = cache.nodes_generation
             spent = True
             if job.never_fits:
@@ -853,7 +854,7 @@ class AdmissionCycle:
         return True
 
     def _write_reason(self, result: CycleResult, job: QueuedJob) -> None:
-        why = explain(job.pod_sets, self.tracker.cache)
+        why = explain_together(job.pod_sets, self.tracker.cache)
         if not why:
             # It fits now: capacity was freed since the walk (the change that freed it has
             # woken the loop, and the next cycle judges the job). Due again if it still waits.

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, place, place_counted
+from kubequeue.capacity.fit import Assignment, place_counted
+from kubequeue.capacity.topology import place_job
 from kubequeue.demand import PodSet
 from kubequeue.queueing.queue import QueuedJob
 
@@ -101,7 +102,9 @@ class FitShortcuts:
         return self._now.get(memo[1])
 
     def _shape(self, job: QueuedJob) -> int:
-        key = tuple((tuple(ps.request.items()), ps.constraints) for ps in job.pod_sets)
+        key = tuple(
+            (tuple(ps.request.items()), ps.constraints, ps.topology) for ps in job.pod_sets
+        )
         shape = self._ids.get(key)
         if shape is None:
             shape = self._ids[key] = self._next_id
@@ -118,7 +121,7 @@ class FitShortcuts:
         failed = job.failed_at
         if failed is not None and failed[1] != self._nodes_gen:
             failed = None
-        if len(pod_sets) == 1:
+        if len(pod_sets) == 1 and pod_sets[0].topology is None:
             ps = pod_sets[0]
             room = self._now.get(shape)
             if room is None:
@@ -136,7 +139,7 @@ class FitShortcuts:
             return placed
         if failed is not None and not self._helps(shape, job, failed[0], cache):
             return None
-        return place(pod_sets, cache)
+        return place_job(pod_sets, cache)
 
     def taken(self) -> None:
         """Capacity was taken in the cycle: fits found before may no longer hold."""

@@ -13,6 +13,7 @@ restart rebuilds exactly the same state; no event has to be seen for the state t
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import heapq
 import time
@@ -29,7 +30,7 @@ from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
-from kubequeue.demand import DemandError, PodSet, total_demand
+from kubequeue.demand import DemandError, PodSet, topology_of, total_demand
 from kubequeue.identity import JobKey, PodOwner
 from kubequeue.kinds.common import annotations_of, dig, labels_of, spec_hash
 from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj, Preemptible
@@ -452,7 +453,7 @@ class JobTracker:
             job.guard = guard_of(obj)
             job.admission_ops = _shared_ops(merge_ops(obj, adapter.admission_patch(obj)))
             class_name = adapter.priority_class_name(obj)
-            job.pod_sets = adapter.pod_sets(obj)
+            job.pod_sets = _with_job_topology(adapter.pod_sets(obj), obj, key)
         except DemandError as exc:
             job.problem = f"cannot compute resource demand: {exc}"
             job.problem_reason = exc.reason
@@ -833,6 +834,15 @@ def _shared_ops(ops: JsonPatch) -> tuple[Mapping[str, Any], ...]:
         if len(_OPS) < 1024:
             _OPS[key] = found
     return found
+
+
+def _with_job_topology(pod_sets: Sequence[PodSet], obj: Obj, key: JobKey) -> Sequence[PodSet]:
+    """A topology asked for on the job itself applies to every pod set (one on a pod template,
+    read by the adapter, to its own); DemandError for a malformed one."""
+    asked = topology_of(annotations_of(obj), f"{key[0]} {key[1]}/{key[2]}")
+    if asked is None:
+        return pod_sets
+    return [dataclasses.replace(ps, topology=asked) for ps in pod_sets]
 
 
 def _unreadable(adapter: JobAdapter, key: JobKey, what: str, exc: Exception) -> str:

@@ -115,6 +115,8 @@ class CapacityCache:
         self._stale: dict[str, None] = {}
         self._moves = 0
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
+        # label key -> its values on schedulable nodes -> those nodes (capacity/topology.py)
+        self._domains: dict[str, dict[str, tuple[str, ...]]] = {}
         # constraints -> (partition count when computed, the taint partitions they tolerate)
         self._tolerated: dict[NodeConstraints, tuple[int, list[Hashable]]] = {}
         self._groups: dict[NodeConstraints, list[tuple[Resources, int]]] = {}
@@ -181,6 +183,7 @@ class CapacityCache:
         self.nodes_generation += 1
         self._feasible.clear()
         self._groups.clear()
+        self._domains.clear()
         self._freed(name)
 
     def delete_node(self, name: str) -> None:
@@ -192,6 +195,7 @@ class CapacityCache:
         state.index_key = None
         self._feasible.clear()
         self._groups.clear()
+        self._domains.clear()
         self.version += 1  # memos keyed on it (most_free) must not name this node again
         self._touch(name)
         self.nodes_generation += 1
@@ -539,6 +543,19 @@ class CapacityCache:
                 if n.schedulable and constraints.allows(n.name, n.labels, n.taints)
             )
             self._feasible[constraints] = found
+        return found
+
+    def domains(self, level: str) -> dict[str, tuple[str, ...]]:
+        """The topology domains of a node label: each value it has on schedulable nodes, with
+        those nodes (memoised until nodes change)."""
+        found = self._domains.get(level)
+        if found is None:
+            grouped: dict[str, list[str]] = {}
+            for n in self.nodes.values():
+                value = n.labels.get(level) if n.schedulable else None
+                if value is not None:
+                    grouped.setdefault(value, []).append(n.name)
+            found = self._domains[level] = {v: tuple(sorted(ns)) for v, ns in grouped.items()}
         return found
 
     def allocatable_groups(self, constraints: NodeConstraints) -> list[tuple[Resources, int]]:

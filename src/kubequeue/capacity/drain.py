@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, place
+from kubequeue.capacity.fit import Assignment
+from kubequeue.capacity.topology import place_job
 from kubequeue.demand import PodSet
 from kubequeue.resources import Resources
 
@@ -63,7 +64,7 @@ def plan_drain(
                 scratch.adjust_free(name, amounts, sign)
         at = prefix
 
-    placed = place(pod_sets, scratch)
+    placed = place_job(pod_sets, scratch)
     if placed is not None:
         return placed
     # Doubling prefixes until it fits, then the shortest prefix that does (more drained capacity
@@ -72,7 +73,7 @@ def plan_drain(
     low, high = 0, 1
     while True:
         drain_to(min(high, len(order)))
-        placed = place(pod_sets, scratch)
+        placed = place_job(pod_sets, scratch)
         if placed is not None:
             break
         if high >= len(order):
@@ -82,7 +83,7 @@ def plan_drain(
     while high - low > 1:
         middle = (low + high) // 2
         drain_to(middle)
-        found = place(pod_sets, scratch)
+        found = place_job(pod_sets, scratch)
         if found is not None:
             high, placed = middle, found
         else:

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, place
+from kubequeue.capacity.fit import Assignment
+from kubequeue.capacity.topology import place_job
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
 from kubequeue.resources import Resources
@@ -77,7 +78,7 @@ def choose_victims(
     steps = 0
     if leaving:
         _give(scratch, dict(leaving), +1)
-    placed = place(pod_sets, scratch)
+    placed = place_job(pod_sets, scratch)
     steps += 1
     if placed is not None and allowed(()):
         return Choice([], placed, steps, wait_only=True)
@@ -89,7 +90,7 @@ def choose_victims(
         _give(scratch, candidate.footprint, +1)
         removed.append(candidate)
         steps += 1
-        if place(pod_sets, scratch) is not None and allowed(removed):
+        if place_job(pod_sets, scratch) is not None and allowed(removed):
             fits = True
             break
     if not fits:
@@ -98,11 +99,11 @@ def choose_victims(
         _give(scratch, candidate.footprint, -1)
         rest = [c for c in removed if c is not candidate]
         steps += 1
-        if place(pod_sets, scratch) is not None and allowed(rest):
+        if place_job(pod_sets, scratch) is not None and allowed(rest):
             removed = rest
         else:
             _give(scratch, candidate.footprint, +1)
-    placement = place(pod_sets, scratch)
+    placement = place_job(pod_sets, scratch)
     steps += 1
     if placement is None:  # cannot happen while the fit is monotone; never preempt on doubt
         return None

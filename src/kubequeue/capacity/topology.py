@@ -1,0 +1,177 @@
+"""A gang inside one topology domain: a rack, a network block, an NVLink domain.
+
+A topology level is a node label (``topology.kubernetes.io/zone``, a rack label,
+``nvidia.com/gpu.clique``); a domain is one value of it, i.e. the schedulable nodes carrying that
+value. A job asks for its pods together in one domain of a level (demand.py: ``topology_of``,
+on the job or a pod template): *required*, or *preferred* (the level's domains first, then each
+coarser declared level's, then anywhere).
+
+Choosing the domain: every domain where the whole gang fits (the same per-node fit as any job,
+confined to the domain's nodes by one more nodeSelector term), and among them the one it fills
+most, i.e. with the least free room left after it (GPUs, then CPU): big domains stay whole for
+big gangs. Ties go to the placement on fewer nodes (less fragmented), then to the domain name,
+so the choice is deterministic. Within the domain the fit is the usual one, and pinning
+(capacity/pins.py) makes it true: each pod's nodeSelector names its node.
+
+This version places the whole job in one domain whenever any of its pod sets asks (the job
+scope; a pod set's own domain for each set is not done yet, and the whole-job domain satisfies
+it, so it is sound, only stricter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from kubequeue.capacity.cache import CapacityCache
+from kubequeue.capacity.fit import Assignment, explain, place, place_counted
+from kubequeue.demand import PodSet
+from kubequeue.resources import GPU
+from kubequeue.scheduling import NodeConstraints, TopologyRequest
+
+__all__ = [
+    "Placed",
+    "confine",
+    "explain_together",
+    "place_job",
+    "place_together",
+    "request_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    assignments: list[Assignment]
+    level: str | None  # None: anywhere (a preferred topology that fit nowhere tighter)
+    domain: str | None
+
+
+def request_of(pod_sets: Sequence[PodSet]) -> TopologyRequest | None:
+    """The job's topology: the first pod set that asks, required before preferred."""
+    asked = [ps.topology for ps in pod_sets if ps.topology is not None]
+    if not asked:
+        return None
+    required = [t for t in asked if t.required]
+    return required[0] if required else asked[0]
+
+
+def confine(pod_sets: Sequence[PodSet], level: str, domain: str) -> list[PodSet]:
+    """The pod sets, allowed only onto the domain's nodes."""
+    out = []
+    for ps in pod_sets:
+        c = ps.constraints
+        selector = dict(c.node_selector)
+        if selector.get(level, domain) != domain:
+            return []  # its own nodeSelector names another domain of this level
+        selector[level] = domain
+        confined = NodeConstraints(tuple(sorted(selector.items())), c.terms, c.tolerations)
+        out.append(replace(ps, constraints=confined))
+    return out
+
+
+def _levels(request: TopologyRequest, declared: Sequence[str]) -> list[str | None]:
+    if request.required:
+        return [request.level]
+    out: list[str | None] = [request.level]
+    if request.level in declared:  # coarsest first: fall back towards the start
+        out += reversed(declared[: declared.index(request.level)])
+    out.append(None)
+    return out
+
+
+def _free_left(nodes: Sequence[str], cache: CapacityCache, used: dict[str, int]) -> tuple[int, int]:
+    gpu = cpu = 0
+    for name in nodes:
+        free = cache.nodes[name].free
+        gpu += free.get(GPU, 0)
+        cpu += free.get("cpu", 0)
+    return gpu - used.get(GPU, 0), cpu - used.get("cpu", 0)
+
+
+def place_together(
+    pod_sets: Sequence[PodSet], cache: CapacityCache, declared: Sequence[str] = ()
+) -> Placed | None:
+    """The placement in the best domain (module docstring), or None if the gang fits in no
+    domain of a required level."""
+    request = request_of(pod_sets)
+    if request is None:
+        placed = place(pod_sets, cache)
+        return Placed(placed, None, None) if placed is not None else None
+    used: dict[str, int] = {}
+    for ps in pod_sets:
+        for res in (GPU, "cpu"):
+            used[res] = used.get(res, 0) + ps.request.get(res, 0) * ps.count
+    for level in _levels(request, declared):
+        if level is None:
+            placed = place(pod_sets, cache)
+            return Placed(placed, None, None) if placed is not None else None
+        best: tuple[tuple[int, int, int, str], Placed] | None = None
+        for domain, nodes in cache.domains(level).items():
+            left = _free_left(nodes, cache, used)
+            if left[0] < 0 or left[1] < 0:
+                continue  # not even the sum fits: no need to try
+            confined = confine(pod_sets, level, domain)
+            placed = place(confined, cache) if confined else None
+            if placed is None:
+                continue
+            key = (*left, len({a.node for a in placed}), domain)
+            if best is None or key < best[0]:
+                best = (key, Placed(placed, level, domain))
+        if best is not None:
+            return best[1]
+    return None
+
+
+def place_job(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignment] | None:
+    """``fit.place`` for any job: in one domain when it asks for a topology. What admission,
+    preemption (victims are chosen so the room they free is in one domain) and node holds
+    (a starved gang gets a domain held, not scattered nodes) all place with."""
+    if all(ps.topology is None for ps in pod_sets):
+        return place(pod_sets, cache)
+    found = place_together(pod_sets, cache)
+    return found.assignments if found is not None else None
+
+
+def explain_together(
+    pod_sets: Sequence[PodSet], cache: CapacityCache, *, empty_cluster: bool = False
+) -> str:
+    """Why the gang fits in no domain of its required level (``""`` if it does somewhere,
+    or asks for no required topology)."""
+    request = request_of(pod_sets)
+    if request is None or not request.required:
+        return explain(pod_sets, cache, empty_cluster=empty_cluster)
+    level = request.level
+    domains = cache.domains(level)
+    total = sum(ps.count for ps in pod_sets)
+    shape = (
+        f"{pod_sets[0].count} pods x {_size(pod_sets[0])}"
+        if len(pod_sets) == 1
+        else f"all {total} pods"
+    )
+    if not domains:
+        return f"needs {shape} in one {level}, and no schedulable node has the label {level}"
+    best_room, best_domain = -1, ""
+    for domain in sorted(domains):
+        confined = confine(pod_sets, level, domain)
+        if not confined:
+            continue
+        if not explain(confined, cache, empty_cluster=empty_cluster):
+            return ""
+        if len(confined) == 1 and not empty_cluster:
+            room = place_counted(confined[0], cache)[1]
+            if room > best_room:
+                best_room, best_domain = room, domain
+    if best_domain:
+        return (
+            f"needs {shape} in one {level}; the best domain ({best_domain}) has room for "
+            f"{best_room}"
+        )
+    where = "even on an empty cluster, " if empty_cluster else ""
+    return f"needs {shape} in one {level}; {where}no {level} domain can hold them"
+
+
+def _size(ps: PodSet) -> str:
+    gpu = ps.request.get(GPU, 0)
+    if gpu:
+        return f"{gpu // 1000} {GPU}"
+    return f"{ps.request.get('cpu', 0)}m cpu"
