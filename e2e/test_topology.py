@@ -83,6 +83,9 @@ async def test_a_gang_requiring_a_rack_lands_in_one_rack_not_in_scattered_room(
         assert {p["spec"]["nodeName"] for p in pods} == {by_spec["r1-1"], by_spec["r1-2"]}
         for pod in pods:
             assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == pod["spec"]["nodeName"]
+        [admitted] = [e for e in await events_for(kubectl, namespace, "gang")
+                      if e["reason"] == "Admitted"]
+        assert f"in {RACK}=r1 on" in admitted["message"], admitted["message"]
         assert is_suspended(await get_job(kubectl, namespace, "too-big"))
         [queued] = [e for e in await events_for(kubectl, namespace, "too-big")
                     if e["reason"] == "Queued"]

@@ -102,9 +102,7 @@ class FitShortcuts:
         return self._now.get(memo[1])
 
     def _shape(self, job: QueuedJob) -> int:
-        key = tuple(
-            (tuple(ps.request.items()), ps.constraints, ps.topology) for ps in job.pod_sets
-        )
+        key = tuple((tuple(ps.request.items()), ps.constraints, ps.topology) for ps in job.pod_sets)
         shape = self._ids.get(key)
         if shape is None:
             shape = self._ids[key] = self._next_id

@@ -48,6 +48,7 @@ from kubequeue.admission.notices import Notice
 from kubequeue.admission.preemption import Preemption
 from kubequeue.admission.requeue import Requeue, not_running, unschedulable
 from kubequeue.admission.tracker import AdmittedJob, JobTracker
+from kubequeue.capacity.topology import request_of
 from kubequeue.identity import JobKey
 from kubequeue.kinds.common import spec_hash
 from kubequeue.kube import writer
@@ -345,18 +346,42 @@ class AdmissionLoop:
             metrics.ADMISSION_WAIT.labels(info.name).observe(waited)
             metrics.QUEUE_ADMISSION_WAIT.labels(job.queue or IMPLICIT_QUEUE_NAME).observe(waited)
         placement = _placement_text(admission)
+        domain = self._domain_text(admission)
         log.info(
             "job.admitted",
             job=f"{namespace}/{name}",
             kind=kind,
             queue=job.queue or None,
             placement=placement,
+            domain=domain or None,
             waited_s=round(waited, 3) if waited is not None else None,
             priority=job.priority,
         )
         self._publish(
-            Notice(job.key, job.uid, "Normal", "Admitted", f"capacity reserved on {placement}")
+            Notice(
+                job.key,
+                job.uid,
+                "Normal",
+                "Admitted",
+                f"capacity reserved {domain + ' ' if domain else ''}on {placement}",
+            )
         )
+
+    def _domain_text(self, admission: Admission) -> str:
+        """``in <level>=<domain>`` for a job placed in one topology domain, else ""."""
+        asked = request_of(admission.job.pod_sets)
+        nodes = self.tracker.cache.nodes
+        values = (
+            {
+                nodes[a.node].labels.get(asked.level) if a.node in nodes else None
+                for a in admission.assignments
+            }
+            if asked is not None
+            else set()
+        )
+        if asked is None or len(values) != 1 or None in values:
+            return ""
+        return f"in {asked.level}={values.pop()}"
 
     def _report_settled(self, admission: Admission, admitted: bool) -> None:
         """Told by the tracker (from an observation) how an unknown outcome ended."""
