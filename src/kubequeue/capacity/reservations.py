@@ -223,6 +223,10 @@ class Reservations:
                 continue
             for name, nodes in list(held.placed.items()):
                 ps = held.pod_sets[name]
+                if ps.topology is not None:
+                    # Moved anywhere, it would leave its gang's domain: it stays, owed (debt),
+                    # and a pod of it that finds no room gets the gang requeued (Unplaceable).
+                    continue
                 for node, count in list(nodes.items()):
                     if node not in stranded:
                         continue
