@@ -9,7 +9,9 @@ The controller runs with a 30 s starvation timeout, so team-b's 8-GPU big-eval, 
 sweeps keep from the only 8-GPU node, gets that node held for it about a minute in. It also
 serves the webhook, registered for the two teams' pods: every pod is created gated and pinned
 to the node its job's plan held room on (the NODES column: ``*`` marks a pod bound exactly
-where kube-queue pinned it).
+where kube-queue pinned it). The nodes form two racks, and ddp-resnet asks for one
+(``kube-queue.io/topology-required``): its two 4-GPU pods run in one rack, its Admitted Event
+says which.
 Meanwhile you can use the printed KUBECONFIG with kubectl (``kubectl get queues``) or
 ``kube-queue status --url ...`` in another terminal.
 """
@@ -38,10 +40,13 @@ TEAM_B_DELAY_S = 8
 # Short, so that the demo shows what happens to a starved job (team-b's big-eval) within a
 # minute; the default (30 min) suits GPU jobs that run for hours (docs/queues.md).
 STARVATION_TIMEOUT_S = 30
+# Two racks (ddp-resnet asks for one: docs/topology.md): rack-a the 8-GPU node, rack-b the two
+# 4-GPU nodes.
+RACK = "example.com/rack"
 NODES = [
-    NodeSpec("gpu-8", cpu="64", memory="512Gi", gpus=8),
-    NodeSpec("gpu-4a", cpu="32", memory="256Gi", gpus=4),
-    NodeSpec("gpu-4b", cpu="32", memory="256Gi", gpus=4),
+    NodeSpec("gpu-8", cpu="64", memory="512Gi", gpus=8, labels={RACK: "rack-a"}),
+    NodeSpec("gpu-4a", cpu="32", memory="256Gi", gpus=4, labels={RACK: "rack-b"}),
+    NodeSpec("gpu-4b", cpu="32", memory="256Gi", gpus=4, labels={RACK: "rack-b"}),
     NodeSpec("cpu", cpu="64", memory="256Gi"),
 ]
 
