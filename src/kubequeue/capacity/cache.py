@@ -117,6 +117,7 @@ class CapacityCache:
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
         # label key -> its values on schedulable nodes -> those nodes (capacity/topology.py)
         self._domains: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._domain_free: dict[str, tuple[int, dict[str, tuple[int, int]]]] = {}
         # constraints -> (partition count when computed, the taint partitions they tolerate)
         self._tolerated: dict[NodeConstraints, tuple[int, list[Hashable]]] = {}
         self._groups: dict[NodeConstraints, list[tuple[Resources, int]]] = {}
@@ -557,6 +558,24 @@ class CapacityCache:
                     grouped.setdefault(value, []).append(n.name)
             found = self._domains[level] = {v: tuple(sorted(ns)) for v, ns in grouped.items()}
         return found
+
+    def domain_free(self, level: str) -> dict[str, tuple[int, int]]:
+        """Free GPUs and CPU summed over each domain of ``level`` (memoised until any node's
+        free capacity moves: a cycle judges many gangs at one capacity)."""
+        memo = self._domain_free.get(level)
+        if memo is not None and memo[0] == self.version:
+            return memo[1]
+        nodes = self.nodes
+        sums: dict[str, tuple[int, int]] = {}
+        for domain, names in self.domains(level).items():
+            gpu = cpu = 0
+            for name in names:
+                free = nodes[name].free
+                gpu += free.get(GPU, 0)
+                cpu += free.get("cpu", 0)
+            sums[domain] = (gpu, cpu)
+        self._domain_free[level] = (self.version, sums)
+        return sums
 
     def allocatable_groups(self, constraints: NodeConstraints) -> list[tuple[Resources, int]]:
         """The feasible nodes' allocatable vectors with how many nodes have each (memoised until

@@ -79,15 +79,6 @@ def _levels(request: TopologyRequest, declared: Sequence[str]) -> list[str | Non
     return out
 
 
-def _free_left(nodes: Sequence[str], cache: CapacityCache, used: dict[str, int]) -> tuple[int, int]:
-    gpu = cpu = 0
-    for name in nodes:
-        free = cache.nodes[name].free
-        gpu += free.get(GPU, 0)
-        cpu += free.get("cpu", 0)
-    return gpu - used.get(GPU, 0), cpu - used.get("cpu", 0)
-
-
 def place_together(
     pod_sets: Sequence[PodSet], cache: CapacityCache, declared: Sequence[str] = ()
 ) -> Placed | None:
@@ -105,11 +96,18 @@ def place_together(
         if level is None:
             placed = place(pod_sets, cache)
             return Placed(placed, None, None) if placed is not None else None
+        # Tightest first: the first domain that holds the gang is the best one, but for ties
+        # (the same room left), among which fewer nodes and then the name decide.
+        need_gpu, need_cpu = used.get(GPU, 0), used.get("cpu", 0)
+        candidates = sorted(
+            ((gpu - need_gpu, cpu - need_cpu), domain)
+            for domain, (gpu, cpu) in cache.domain_free(level).items()
+            if gpu >= need_gpu and cpu >= need_cpu
+        )  # (a domain whose sum cannot hold the gang is not tried)
         best: tuple[tuple[int, int, int, str], Placed] | None = None
-        for domain, nodes in cache.domains(level).items():
-            left = _free_left(nodes, cache, used)
-            if left[0] < 0 or left[1] < 0:
-                continue  # not even the sum fits: no need to try
+        for left, domain in candidates:
+            if best is not None and left != best[0][:2]:
+                break
             confined = confine(pod_sets, level, domain)
             placed = place(confined, cache) if confined else None
             if placed is None:
