@@ -16,7 +16,7 @@ from kubequeue.capacity.reservations import Reservations
 from kubequeue.demand import PodSet, pod_request
 from kubequeue.identity import JobKey, PodOwner
 from kubequeue.kube.pods import ungate_ops
-from kubequeue.labels import HOSTNAME, PLACEMENT_GATE
+from kubequeue.labels import HOSTNAME, PLACEMENT_GATE, PLACEMENT_LABEL
 from kubequeue.objects import Pod, PodSpec
 from kubequeue.resources import GPU, Resources
 from kubequeue.scheduling import NodeConstraints
@@ -122,8 +122,25 @@ def test_a_refused_pin_frees_its_slot() -> None:
     w.gate(unbound_pod("p0"))
     [first] = w.pin_all()
     assert first == ("planned", "a")
-    w.pins.unpin("p0")
+    assert not w.pins.failed("p0", retry=False)
     w.gate(unbound_pod("p1"))
+    assert w.pin_all() == [("planned", "a")]
+
+
+def test_a_stale_gated_event_during_the_write_keeps_the_slot_taken() -> None:
+    """The scheduler marks a gated pod SchedulingGated: an event that still shows the gate
+    arrives after the choice, before the write's own. It must not free the chosen slot (the
+    next pod would take it too) nor queue the pod again."""
+    w = World(("a", 1), ("b", 1))
+    w.hold(JOB, 2)
+    w.gate(unbound_pod("p0"))
+    assert w.pin_all() == [("planned", "a")]
+    assert not w.pins.upsert(unbound_pod("p0"), (JOB, None))  # stale: still gated
+    w.gate(unbound_pod("p1"))
+    assert w.pin_all() == [("planned", "b")]
+    # p0's write failed because the pod changed: its newest gated view waits again, and
+    # its slot is free for it.
+    assert w.pins.failed("p0", retry=True)
     assert w.pin_all() == [("planned", "a")]
 
 
@@ -165,13 +182,15 @@ def test_pins_never_put_more_pods_on_a_node_than_its_jobs_hold_or_its_room(
 def test_the_webhook_gates_owned_unbound_pods_once() -> None:
     owned = {"metadata": {"ownerReferences": [{"kind": "Job", "name": "j", "controller": True}]},
              "spec": {"containers": []}}
-    [op] = pod_gate("Pod", owned)
-    gated = apply_patch(owned, [op])
+    gated = apply_patch(owned, pod_gate("Pod", owned))
     assert gated["spec"]["schedulingGates"] == [{"name": PLACEMENT_GATE}]
+    assert gated["metadata"]["labels"] == {PLACEMENT_LABEL: "gated"}  # what the watch selects
     assert pod_gate("Pod", gated) == []  # already ours
-    other = {**owned, "spec": {"schedulingGates": [{"name": "x"}]}}
-    assert apply_patch(other, pod_gate("Pod", other))["spec"]["schedulingGates"] == [
-        {"name": "x"}, {"name": PLACEMENT_GATE}]
+    other = {**owned, "spec": {"schedulingGates": [{"name": "x"}]},
+             "metadata": {**owned["metadata"], "labels": {"app": "a"}}}
+    both = apply_patch(other, pod_gate("Pod", other))
+    assert both["spec"]["schedulingGates"] == [{"name": "x"}, {"name": PLACEMENT_GATE}]
+    assert both["metadata"]["labels"] == {"app": "a", PLACEMENT_LABEL: "gated"}
     assert pod_gate("Pod", {"metadata": {}, "spec": {}}) == []  # no controller: not queued
     assert pod_gate("Pod", {**owned, "spec": {"nodeName": "n"}}) == []  # bound at creation
     assert pod_gate("Job", owned) == []
@@ -181,12 +200,15 @@ def test_ungating_removes_only_our_gate_and_adds_the_pin() -> None:
     pod = {"metadata": {"uid": "u"},
            "spec": {"schedulingGates": [{"name": "x"}, {"name": PLACEMENT_GATE}],
                     "nodeSelector": {"zone": "z"}}}
-    done = apply_patch(pod, ungate_ops("u", ("x", PLACEMENT_GATE), "node-1", True))
+    done = apply_patch(pod, ungate_ops("u", ("x", PLACEMENT_GATE), "node-1", True, False))
     assert done["spec"]["schedulingGates"] == [{"name": "x"}]
     assert done["spec"]["nodeSelector"] == {"zone": "z", HOSTNAME: "node-1"}
-    alone = {"metadata": {"uid": "u"}, "spec": {"schedulingGates": [{"name": PLACEMENT_GATE}]}}
-    done = apply_patch(alone, ungate_ops("u", (PLACEMENT_GATE,), None, False))
+    assert done["metadata"]["labels"] == {PLACEMENT_LABEL: "pinned"}
+    alone = {"metadata": {"uid": "u", "labels": {PLACEMENT_LABEL: "gated"}},
+             "spec": {"schedulingGates": [{"name": PLACEMENT_GATE}]}}
+    done = apply_patch(alone, ungate_ops("u", (PLACEMENT_GATE,), None, False, True))
     assert "schedulingGates" not in done["spec"] and "nodeSelector" not in done["spec"]
+    assert done["metadata"]["labels"] == {PLACEMENT_LABEL: "unpinned"}
     try:  # another controller removed its gate meanwhile: refused, not put back
         apply_patch(alone, ungate_ops("u", ("x", PLACEMENT_GATE), "n", False))
     except PatchFailed:

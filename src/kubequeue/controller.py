@@ -50,6 +50,7 @@ from kubequeue.kube.events import EventRecorder
 from kubequeue.kube.informer import Informer, dict_codec, struct_codec
 from kubequeue.kube.lease import LeaderElector
 from kubequeue.kube.queue_status import QUEUE_API, QueueStatusWriter
+from kubequeue.labels import PLACEMENT_LABEL
 from kubequeue.objects import Namespace, Node, Pod
 from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue
@@ -64,8 +65,8 @@ log = structlog.get_logger(__name__)
 # Only pods that hold capacity: bound to a node and not finished. Pods leaving this set arrive
 # as DELETED, which is exactly when their capacity is freed.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-# Pods not bound yet (the gated ones among them wait for the pinner). Binding takes a pod out of
-# this set (DELETED here, ADDED to the watch above).
+# Pods the webhook gated (PLACEMENT_LABEL) and not bound yet: the gated ones wait for the
+# pinner. Binding takes a pod out of this set (DELETED here, ADDED to the watch above).
 UNBOUND_POD_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
 # Spare watch connections: a watch that ends is replaced at once, before its old connection may
 # have been closed.
@@ -164,7 +165,12 @@ class Controller:
                 "pods",
                 "/api/v1/pods",
                 struct_codec(Pod, lambda p: p.metadata.uid),
-                PodHandler(self.cache, self.tracker, pod_owner_finder(self.adapters)),
+                PodHandler(
+                    self.cache,
+                    self.tracker,
+                    pod_owner_finder(self.adapters),
+                    metrics.PODS_UNPINNED_CREATED.inc if s.pin_placement else None,
+                ),
                 field_selector=POD_FIELD_SELECTOR,
                 watch_timeout=s.watch_timeout,
             ),
@@ -173,14 +179,9 @@ class Controller:
                 "unbound-pods",
                 "/api/v1/pods",
                 struct_codec(Pod, lambda p: p.metadata.uid),
-                UnboundPodHandler(
-                    self.pins,
-                    self.tracker,
-                    pod_owner_finder(self.adapters),
-                    self.pinner.wake,
-                    metrics.PODS_UNPINNED_CREATED.inc,
-                ),
+                UnboundPodHandler(self.pins, pod_owner_finder(self.adapters), self.pinner.wake),
                 field_selector=UNBOUND_POD_FIELD_SELECTOR,
+                label_selector=PLACEMENT_LABEL,
                 watch_timeout=s.watch_timeout,
             ),
             Informer(

@@ -14,7 +14,7 @@ from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.pins import Pins
 from kubequeue.identity import PodOwner
 from kubequeue.kinds.protocol import HasPodAliases, JobAdapter
-from kubequeue.labels import HOSTNAME
+from kubequeue.labels import PLACEMENT_LABEL
 from kubequeue.objects import Namespace, Node, Pod
 from kubequeue.queueing.spec import QueueSpec, parse_queue
 
@@ -76,13 +76,26 @@ class PodHandler:
         cache: CapacityCache,
         tracker: JobTracker,
         owner_of: Callable[[Pod], PodOwner | None],
+        on_unpinned: Callable[[], None] | None = None,
     ) -> None:
         self.cache = cache
         self.tracker = tracker
         self.owner_of = owner_of
+        # Pinning on: told of each pod of an admitted job that binds without having passed the
+        # webhook (no placement label): the webhook is not installed or was not reachable.
+        self.on_unpinned = on_unpinned
 
     def upsert(self, obj: Pod) -> None:
-        self.tracker.pod_changed(self.cache.upsert_pod(obj, self.owner_of(obj)))
+        owner = self.owner_of(obj)
+        if (
+            self.on_unpinned is not None
+            and owner is not None
+            and PLACEMENT_LABEL not in obj.metadata.labels
+            and not self.cache.is_bound(obj.metadata.uid)
+            and self.tracker.is_admitted(self.tracker.resolve_pod(owner)[0])
+        ):
+            self.on_unpinned()
+        self.tracker.pod_changed(self.cache.upsert_pod(obj, owner))
 
     def delete(self, key: str) -> None:
         self.tracker.pod_changed(self.cache.delete_pod(key))
@@ -92,42 +105,25 @@ class PodHandler:
 
 
 class UnboundPodHandler:
-    """Pods not bound to a node yet: the gated ones wait for the pinner; the pinned ones count
-    against their job's held room until they bind (capacity/pins.py)."""
+    """Pods the webhook gated, not bound yet (the watch selects on its label): the gated ones
+    wait for the pinner, the pinned ones count against their job's held room until they bind
+    (capacity/pins.py)."""
 
     def __init__(
         self,
         pins: Pins,
-        tracker: JobTracker,
         owner_of: Callable[[Pod], PodOwner | None],
         on_gated: Callable[[], None],
-        on_created_ungated: Callable[[], None],
     ) -> None:
         self.pins = pins
-        self.tracker = tracker
         self.owner_of = owner_of
         self.on_gated = on_gated
-        self.on_created_ungated = on_created_ungated
-        self._seen: set[str] = set()
 
     def upsert(self, obj: Pod) -> None:
-        owner = self.owner_of(obj)
-        uid = obj.metadata.uid
-        if self.pins.upsert(obj, owner):
-            self._seen.add(uid)
+        if self.pins.upsert(obj, self.owner_of(obj)):
             self.on_gated()
-        elif uid not in self._seen:
-            self._seen.add(uid)
-            if (
-                owner is not None
-                and not obj.spec.schedulingGates
-                and HOSTNAME not in obj.spec.nodeSelector
-                and self.tracker.is_admitted(self.tracker.resolve_pod(owner)[0])
-            ):
-                self.on_created_ungated()
 
     def delete(self, key: str) -> None:
-        self._seen.discard(key)
         self.pins.delete(key)
 
     def synced(self) -> None:

@@ -13,6 +13,7 @@ __all__ = [
     "HOSTNAME",
     "IGNORE",
     "PLACEMENT_GATE",
+    "PLACEMENT_LABEL",
     "PREEMPTED_BY",
     "PREEMPTIBLE",
     "QUEUE_ANNOTATION",
@@ -61,6 +62,10 @@ GAVE_UP = "kube-queue.io/gave-up"
 # has added the node its plan chose to the pod's nodeSelector (capacity/pins.py). A gate, not a
 # label: it is on the pod, not on the user's job.
 PLACEMENT_GATE = "kube-queue.io/placement"
+# Set by the same webhook on the pods it gates ("gated"), and by the ungating patch to what became
+# of them ("pinned" or "unpinned"): kube-queue watches only unbound pods with this label, not
+# every pending pod of the cluster (that watch cost the backlog benchmark half its rate).
+PLACEMENT_LABEL = "kube-queue.io/placement"
 # The node label a pinned pod's nodeSelector gets, naming the node the plan chose.
 HOSTNAME = "kubernetes.io/hostname"
 # Users ask for a gang's pods in one domain of a topology level (a node label) with these, on

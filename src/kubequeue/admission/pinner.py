@@ -61,7 +61,7 @@ class Pinner:
                     if self.pin:
                         decision = self.pins.choose(pod)
                     else:
-                        decision = Pin(pod, "unpinned", None, None, "pinning is off")
+                        decision = self.pins.choose_unpinned(pod, "pinning is off")
                     tg.start_soon(self._write, decision, limiter)
                 await anyio.lowlevel.checkpoint()
 
@@ -80,10 +80,13 @@ class Pinner:
                         pod.gates,
                         host,
                         pod.has_selector,
+                        pod.has_labels,
                     )
             except KubeError as exc:
                 if isinstance(exc, ApiError) and (exc.conflict or exc.not_found):
-                    self.pins.unpin(pod.uid)  # changed or gone: its next event says what now
+                    # Changed (its newest view, if still gated, waits again) or gone.
+                    if self.pins.failed(pod.uid, retry=exc.conflict):
+                        self.wake()
                     return
                 if isinstance(exc, ApiError) and exc.status < 500 and exc.status != 429:
                     if host is not None:
@@ -97,13 +100,14 @@ class Pinner:
                             error=str(exc),
                             why="ungating it without the pin",
                         )
-                        self.pins.unpin(pod.uid)
+                        self.pins.failed(pod.uid, retry=False)
+                        decision = self.pins.choose_unpinned(pod, "the pin was refused")
                         host = None
-                        decision = Pin(pod, "unpinned", None, None, "the pin was refused")
                         continue
                     log.error(
                         "pod.ungate_failed", pod=f"{pod.namespace}/{pod.name}", error=str(exc)
                     )
+                    self.pins.failed(pod.uid, retry=False)
                     return
                 failures += 1
                 log.warning(
@@ -115,6 +119,7 @@ class Pinner:
                 delay = min(self.max_retry_delay, self.retry_delay * 2 ** min(failures - 1, 10))
                 await anyio.sleep(delay * random.uniform(0.5, 1.0))
                 continue
+            self.pins.written(pod.uid)
             metrics.PODS_UNGATED.labels(decision.outcome).inc()
             # Every pod of every admitted job passes here: the plan's own outcome is not news.
             report = log.debug if decision.outcome == "planned" else log.info

@@ -62,6 +62,7 @@ class GatedPod:
     gates: tuple[str, ...]  # every gate it has, ours included, in order
     host: str | None  # the kubernetes.io/hostname its nodeSelector already names
     has_selector: bool  # its nodeSelector has any key (an add then goes into that map)
+    has_labels: bool  # likewise its labels
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,11 @@ class Pins:
         self._per_job: dict[JobKey, Counter[tuple[str, str]]] = {}
         # Replanned pods, pinned and not bound yet: the room reserved for each in the cache.
         self._extra: dict[str, tuple[str, Resources]] = {}
+        # Chosen, their write in flight: uid -> the newest gated view of the pod seen meanwhile
+        # (the scheduler marks a gated pod SchedulingGated: an event that still shows the gate
+        # must neither free the slot just chosen nor queue the pod again), sent back to waiting
+        # if the write fails because the pod changed.
+        self._writing: dict[str, GatedPod | None] = {}
 
     # ----------------------------------------------------------------- pod events
     def upsert(self, pod: Pod, owner: PodOwner | None) -> bool:
@@ -104,14 +110,15 @@ class Pins:
         gates = tuple(g.name for g in spec.schedulingGates)
         host = spec.nodeSelector.get(HOSTNAME)
         if PLACEMENT_GATE in gates:
-            self._uncount(uid)
+            if uid not in self._writing:
+                self._uncount(uid)
             try:
                 request = pod_request(spec, f"pod {pod.metadata.namespace}/{pod.metadata.name}")
                 constraints = constraints_of(spec)
             except (DemandError, ConstraintError):
                 request, constraints = {}, NodeConstraints()  # unpinned (host None below)
                 owner = None
-            self.waiting[uid] = GatedPod(
+            gated = GatedPod(
                 uid=uid,
                 namespace=pod.metadata.namespace,
                 name=pod.metadata.name,
@@ -121,9 +128,15 @@ class Pins:
                 gates=gates,
                 host=host,
                 has_selector=bool(spec.nodeSelector),
+                has_labels=bool(pod.metadata.labels),
             )
+            if uid in self._writing:
+                self._writing[uid] = gated
+                return False
+            self.waiting[uid] = gated
             return True
         self.waiting.pop(uid, None)
+        self._writing.pop(uid, None)  # ungated: the write applied (or someone else's did)
         if host is not None and owner is not None and not gates:
             try:
                 request = pod_request(spec)
@@ -140,7 +153,22 @@ class Pins:
         released here; if its bound event arrives a moment later, the room looks free in
         between: the one window pinning leaves, as wide as the two watches' skew.)"""
         self.waiting.pop(uid, None)
+        self._writing.pop(uid, None)
         self._uncount(uid)
+
+    def written(self, uid: str) -> None:
+        """The chosen write applied."""
+        self._writing.pop(uid, None)
+
+    def failed(self, uid: str, *, retry: bool) -> bool:
+        """The chosen write did not apply: its slot is free again. With ``retry`` (the pod
+        changed meanwhile), its newest gated view waits again; True if it does."""
+        latest = self._writing.pop(uid, None)
+        self._uncount(uid)
+        if retry and latest is not None:
+            self.waiting[uid] = latest
+            return True
+        return False
 
     def take(self) -> list[GatedPod]:
         out = list(self.waiting.values())
@@ -149,7 +177,17 @@ class Pins:
 
     # ----------------------------------------------------------------- the choice
     def choose(self, pod: GatedPod) -> Pin:
-        """Where this pod goes; counted at once (the next pod's choice sees it taken)."""
+        """Where this pod goes; counted at once (the next pod's choice sees it taken). The
+        caller writes it and reports ``written`` or ``failed``."""
+        self._writing[pod.uid] = None
+        return self._choose(pod)
+
+    def choose_unpinned(self, pod: GatedPod, why: str) -> Pin:
+        """Ungate it without a pin (pinning off, or the pin was refused)."""
+        self._writing[pod.uid] = None
+        return self._unpinned(pod, why)
+
+    def _choose(self, pod: GatedPod) -> Pin:
         if pod.host is not None:
             return self._unpinned(pod, "its nodeSelector names its node already")
         if pod.owner is None:
@@ -178,10 +216,6 @@ class Pins:
             self._cache.reserve(node, pod.request, 1)
             self._extra[pod.uid] = (node, pod.request)
         return Pin(pod, outcome, node, host, why)
-
-    def unpin(self, uid: str) -> None:
-        """A chosen pin was not written (the pod changed or vanished): its slot is free."""
-        self._uncount(uid)
 
     def _which_set(self, job: JobKey, pod_set: str | None, request: Resources) -> str | None:
         """The pod set of the job's plan a pod belongs to: the one its labels name, the only

@@ -133,6 +133,7 @@ class Informer(Generic[T]):
         handler: Handler[T],
         *,
         field_selector: str | None = None,
+        label_selector: str | None = None,
         page_size: int = 500,
         watch_timeout: int = 300,
         read_timeout: float = 90.0,
@@ -147,6 +148,7 @@ class Informer(Generic[T]):
         self.codec = codec
         self.handler = handler
         self.field_selector = field_selector
+        self.label_selector = label_selector
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
@@ -256,6 +258,8 @@ class Informer(Generic[T]):
                 query.append(("continue", token))
             if self.field_selector:
                 query.append(("fieldSelector", self.field_selector))
+            if self.label_selector:
+                query.append(("labelSelector", self.label_selector))
             try:
                 data = await self.client.request("GET", self.path, query=query)
             except ApiError as exc:
@@ -309,6 +313,8 @@ class Informer(Generic[T]):
         ]
         if self.field_selector:
             query.append(("fieldSelector", self.field_selector))
+        if self.label_selector:
+            query.append(("labelSelector", self.label_selector))
         timeout = aiohttp.ClientTimeout(
             total=server_timeout + 30, sock_connect=10, sock_read=self.read_timeout
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 
 from kubequeue.kube.client import KubeClient
-from kubequeue.labels import HOSTNAME, PLACEMENT_GATE
+from kubequeue.labels import HOSTNAME, PLACEMENT_GATE, PLACEMENT_LABEL
 from kubequeue.objects import ObjectList, PodDiagnosis
 from kubequeue.precondition import JsonPatch, escape
 
@@ -34,7 +34,13 @@ async def list_pods(client: KubeClient, namespace: str, limit: int = 2000) -> li
     return out
 
 
-def ungate_ops(uid: str, gates: tuple[str, ...], host: str | None, has_selector: bool) -> JsonPatch:
+def ungate_ops(
+    uid: str,
+    gates: tuple[str, ...],
+    host: str | None,
+    has_selector: bool,
+    has_labels: bool = True,
+) -> JsonPatch:
     """Remove our gate (tested: the pod and its gates are as we saw them, so another
     controller's gate removed meanwhile is not put back) and, with ``host``, pin the pod to that
     node. A gated pod's nodeSelector may only gain keys (Kubernetes >= 1.27): an add, never a
@@ -48,6 +54,20 @@ def ungate_ops(uid: str, gates: tuple[str, ...], host: str | None, has_selector:
         ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": rest})
     else:
         ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+    # What became of it; the label stays, so a restarted controller still sees a pinned pod
+    # that has not bound yet (its slot is taken). ("add" sets it whether the webhook's label is
+    # there or not: a pod gated by hand has none, and no labels map is assumed either way.)
+    label = f"/metadata/labels/{escape(PLACEMENT_LABEL)}"
+    if has_labels:
+        ops.append({"op": "add", "path": label, "value": "pinned" if host else "unpinned"})
+    else:
+        ops.append(
+            {
+                "op": "add",
+                "path": "/metadata/labels",
+                "value": {PLACEMENT_LABEL: "pinned" if host else "unpinned"},
+            }
+        )
     if host is not None:
         if has_selector:
             path = f"/spec/nodeSelector/{escape(HOSTNAME)}"
@@ -65,8 +85,8 @@ async def ungate(
     gates: tuple[str, ...],
     host: str | None,
     has_selector: bool,
+    has_labels: bool,
 ) -> None:
     """Raises ApiError (``conflict``: the pod is not as it was seen; ``not_found``: gone)."""
-    await client.json_patch(
-        f"/api/v1/namespaces/{namespace}/pods/{name}", ungate_ops(uid, gates, host, has_selector)
-    )
+    ops = ungate_ops(uid, gates, host, has_selector, has_labels)
+    await client.json_patch(f"/api/v1/namespaces/{namespace}/pods/{name}", ops)

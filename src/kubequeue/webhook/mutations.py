@@ -34,7 +34,7 @@ from kubequeue.kinds.common import (
     dig,
     labels_of,
 )
-from kubequeue.labels import IGNORE, PLACEMENT_GATE, SUSPEND_ANNOTATION
+from kubequeue.labels import IGNORE, PLACEMENT_GATE, PLACEMENT_LABEL, SUSPEND_ANNOTATION
 
 __all__ = ["JsonPatch", "auto_queue", "native_suspend", "pod_gate"]
 
@@ -103,18 +103,23 @@ def auto_queue(kind: str, obj: dict[str, Any]) -> JsonPatch:
 
 
 def pod_gate(kind: str, obj: dict[str, Any]) -> JsonPatch:
-    """Hold a new pod of a queued kind for pinning (no-op for pods it does not apply to)."""
+    """Hold a new pod of a queued kind for pinning (no-op for pods it does not apply to): the
+    gate, and the label kube-queue's watch of gated pods selects on."""
     spec = obj.get("spec")
-    if kind != "Pod" or not isinstance(spec, dict) or spec.get("nodeName"):
+    meta = obj.get("metadata")
+    if kind != "Pod" or not isinstance(spec, dict) or not isinstance(meta, dict):
         return []
-    if controller_owner(obj) is None:
+    if spec.get("nodeName") or controller_owner(obj) is None:
         return []
     gates = spec.get("schedulingGates")
     gate = {"name": PLACEMENT_GATE}
+    ops: JsonPatch
     if gates is None:
-        return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
-    if not isinstance(gates, list) or any(
+        ops = [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+    elif not isinstance(gates, list) or any(
         isinstance(g, dict) and g.get("name") == PLACEMENT_GATE for g in gates
     ):
         return []  # malformed (the API server refuses it) or gated by us already
-    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+    else:
+        ops = [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+    return ops + _set(obj, ("metadata", "labels", PLACEMENT_LABEL), "gated")
