@@ -144,7 +144,9 @@ class FakeClient:
 
         return await self._fail_or_apply("PATCH", path, apply)
 
-    async def json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    async def json_patch(
+        self, path: str, ops: list[dict[str, Any]], *, answer: bool = True
+    ) -> dict[str, Any]:
         def apply() -> dict[str, Any]:
             current = self.store.get(path)
             try:

@@ -426,10 +426,15 @@ class KubeClient:
         result: dict[str, Any] = msgspec.json.decode(data)
         return result
 
-    async def json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    async def json_patch(
+        self, path: str, ops: list[dict[str, Any]], *, answer: bool = True
+    ) -> dict[str, Any]:
         """A JSON patch (RFC 6902), applied atomically; its ``test`` ops are preconditions (a
-        failed one raises an ApiError whose ``conflict`` is true)."""
+        failed one raises an ApiError whose ``conflict`` is true). ``answer=False``: the
+        updated object is not decoded ({} is returned; a pod is kilobytes, per pod)."""
         data = await self.request("PATCH", path, body=ops, content_type=_JSON_PATCH)
+        if not answer:
+            return {}
         result: dict[str, Any] = msgspec.json.decode(data)
         return result
 

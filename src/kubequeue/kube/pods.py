@@ -89,4 +89,4 @@ async def ungate(
 ) -> None:
     """Raises ApiError (``conflict``: the pod is not as it was seen; ``not_found``: gone)."""
     ops = ungate_ops(uid, gates, host, has_selector, has_labels)
-    await client.json_patch(f"/api/v1/namespaces/{namespace}/pods/{name}", ops)
+    await client.json_patch(f"/api/v1/namespaces/{namespace}/pods/{name}", ops, answer=False)
