@@ -229,3 +229,20 @@ def test_a_replanned_pod_keeps_its_room_until_it_binds_or_goes() -> None:
     assert w.cache.nodes["a"].free[GPU] == 0
     w.pins.delete("extra")
     assert w.cache.nodes["a"].free[GPU] == 1000
+
+
+def test_a_hold_a_pinned_pod_counts_on_is_dropped_last() -> None:
+    """Holds are interchangeable for pods the scheduler places, not for pinned ones: when the
+    job needs one hold less (a sibling bound elsewhere, or ended), the hold kept must be the
+    one its pinned pod will bind on, or another job could be admitted into that room."""
+    w = World(("a", 4), ("b", 4))
+    ps = [PodSet("main", 2, request(1), NodeConstraints())]
+    # Held on b first, then a: for nodes not stranded, _drop used to go in that order.
+    from kubequeue.capacity.fit import Assignment
+
+    w.reservations.hold(JOB, ps, [Assignment("main", "b", 1, request(1)),
+                                  Assignment("main", "a", 1, request(1))])
+    # A pod pinned to b (not bound yet) and nothing pinned to a.
+    assert not w.pins.upsert(unbound_pod("p-b", gated=False, host="host-b"), (JOB, None))
+    w.reservations.track(JOB, [PodSet("main", 1, request(1), NodeConstraints())])
+    assert w.reservations.placed(JOB) == [("b", request(1), 1)]

@@ -170,6 +170,7 @@ class Controller:
                     self.tracker,
                     pod_owner_finder(self.adapters),
                     metrics.PODS_UNPINNED_CREATED.inc if s.pin_placement else None,
+                    self.pins,
                 ),
                 field_selector=POD_FIELD_SELECTOR,
                 watch_timeout=s.watch_timeout,

@@ -77,10 +77,14 @@ class PodHandler:
         tracker: JobTracker,
         owner_of: Callable[[Pod], PodOwner | None],
         on_unpinned: Callable[[], None] | None = None,
+        pins: Pins | None = None,
     ) -> None:
         self.cache = cache
         self.tracker = tracker
         self.owner_of = owner_of
+        # Told of every bound pod: a pinned pod no longer counts as pinned-and-unbound from the
+        # moment its bound event arrives (it may come before its unbound watch's DELETED).
+        self.pins = pins
         # Pinning on: told of each pod of an admitted job that binds without having passed the
         # webhook (no placement label): the webhook is not installed or was not reachable.
         self.on_unpinned = on_unpinned
@@ -95,6 +99,8 @@ class PodHandler:
             and self.tracker.is_admitted(self.tracker.resolve_pod(owner)[0])
         ):
             self.on_unpinned()
+        if self.pins is not None:
+            self.pins.delete(obj.metadata.uid)
         self.tracker.pod_changed(self.cache.upsert_pod(obj, owner))
 
     def delete(self, key: str) -> None:

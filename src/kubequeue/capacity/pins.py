@@ -86,6 +86,7 @@ class Pins:
     ) -> None:
         self._cache = cache
         self._reservations = reservations
+        reservations.pinned = self.pinned_on
         self._resolve = resolve  # a pod's raw owner -> its job and pod set (aliases followed)
         self._admitted = admitted  # the job is admitted by kube-queue (or its write in flight)
         # Gated by us, waiting for the pinner (a dict: first come, first pinned).
@@ -272,6 +273,13 @@ class Pins:
             del counts[(host, key)]
             if not counts:
                 del self._per_job[job]
+
+    def pinned_on(self, job: JobKey, pod_set: str) -> dict[str, int]:
+        """Pods of this pod set pinned and not bound yet, per node hostname."""
+        counts = self._per_job.get(job)
+        if not counts:
+            return {}
+        return {host: n for (host, name), n in counts.items() if name == pod_set}
 
     def pinned_unbound(self, job: JobKey) -> int:
         """Pods of the job pinned to a node and not bound yet."""

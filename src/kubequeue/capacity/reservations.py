@@ -25,6 +25,7 @@ from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, place
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
+from kubequeue.labels import HOSTNAME
 from kubequeue.resources import GPU, Resources
 from kubequeue.scheduling import NodeConstraints
 
@@ -55,6 +56,9 @@ class Reservations:
         # How many of a job's pods are bound, by pod set. The job tracker replaces it with a
         # view that also counts pods attributed to the job's aliases (see JobTracker.bound_pods).
         self.bound_pods: Callable[[JobKey], Counter[str | None]] = cache.bound_pods
+        # Pods of a job's pod set pinned to a node and not bound yet, by the node's hostname
+        # label (capacity/pins.py sets it): the holds they count on are dropped last.
+        self.pinned: Callable[[JobKey, str], Mapping[str, int]] | None = None
         self._held: dict[JobKey, _Held] = {}
         self._relocated_at: tuple[int, int] | None = None
         # Holds that stay where they are although their nodes are over-committed: a preemptor's
@@ -391,9 +395,20 @@ class Reservations:
             del held.placed[pod_set]
 
     def _drop(self, held: _Held, pod_set: str, count: int) -> None:
-        """Release ``count`` held pods, stranded ones first."""
+        """Release ``count`` held pods: stranded ones first, and last the holds a pod pinned to
+        their node (and not bound yet) counts on. Holds are interchangeable for unpinned pods,
+        not for pinned ones: a pinned pod can only bind on its node, so dropping the hold it
+        was pinned to (when a sibling bound or ended) would let another job into its room."""
         nodes = held.placed.get(pod_set, {})
-        for node in sorted(nodes, key=lambda n: not self._stranded(n)):
+        claimed = self.pinned(held.key, pod_set) if self.pinned is not None else {}
+        states = self._cache.nodes
+
+        def order(node: str) -> tuple[bool, bool]:
+            state = states.get(node)
+            host = state.labels.get(HOSTNAME, "") if state is not None else ""
+            return (not self._stranded(node), nodes[node] <= claimed.get(host, 0))
+
+        for node in sorted(nodes, key=order):
             if count <= 0:
                 break
             k = min(count, nodes[node])
