@@ -33,3 +33,13 @@ def test_a_renew_deadline_not_below_the_lease_duration_is_refused(
 
 def test_without_leader_election_the_timings_do_not_matter() -> None:
     assert Settings(leader_elect=False, renew_deadline=99).lease_problem() is None
+
+
+@pytest.mark.parametrize("levels", ["zone,rack please", "example.com/rack,example.com/rack"])
+def test_topology_levels_must_be_distinct_node_label_keys(
+    levels: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["run", f"--topology-levels={levels}"])
+    assert refused.value.code == 2
+    assert "--topology-levels" in capsys.readouterr().err

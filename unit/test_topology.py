@@ -179,3 +179,20 @@ def test_a_malformed_topology_is_a_verdict_on_the_job() -> None:
     assert cycle.run().admitted == []
     job = tracker.queue.get(("Job", "default", "bad"))
     assert job is not None and job.problem_reason == "InvalidTopology"
+
+
+def test_a_preferred_gang_falls_back_one_declared_level_at_a_time() -> None:
+    """Racks inside blocks: no rack holds 3 x 8 GPUs, block b1 (racks r1, r2) does; declared
+    levels send the preferred gang there before "anywhere"."""
+    block = "example.com/block"
+    cache = CapacityCache()
+    for name, rack, blk in (("a0", "r0", "b0"), ("c0", "r1", "b1"), ("c1", "r1", "b1"),
+                            ("d0", "r2", "b1"), ("e0", "r3", "b2")):
+        cache.upsert_node(b.node(name, gpu=8, labels={RACK: rack, block: blk}))
+    cache.topology_levels = (block, RACK)
+    found = place_together(gang(3, 8, required=False), cache, cache.topology_levels)
+    assert found is not None and (found.level, found.domain) == (block, "b1")
+    assert {a.node for a in found.assignments} == {"c0", "c1", "d0"}
+    # Undeclared: straight from the rack to anywhere.
+    found = place_together(gang(3, 8, required=False), cache)
+    assert found is not None and found.level is None

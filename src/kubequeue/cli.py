@@ -16,6 +16,7 @@ import anyio
 
 from kubequeue import __version__, tables
 from kubequeue.kinds.registry import DEFAULT_KINDS, KINDS
+from kubequeue.scheduling import is_label_key
 from kubequeue.settings import Settings, debug_listener
 
 __all__ = ["main"]
@@ -85,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the mutating admission webhook on this port (0: off)",
     )
     run.add_argument("--webhook-host", default="0.0.0.0")
+    run.add_argument(
+        "--topology-levels",
+        type=_label_keys,
+        default=(),
+        help="node labels forming the topology, coarsest first, comma-separated (e.g. "
+        "topology.kubernetes.io/zone,example.com/rack): a preferred topology falls back "
+        "through the coarser ones (docs/topology.md)",
+    )
     run.add_argument(
         "--pin-placement",
         action=argparse.BooleanOptionalAction,
@@ -277,6 +286,16 @@ def _get_json(url: str, path: str, query: list[tuple[str, str]]) -> dict[str, An
     return data
 
 
+def _label_keys(text: str) -> tuple[str, ...]:
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in keys if not is_label_key(k)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not node label keys: {', '.join(bad)}")
+    if len(set(keys)) != len(keys):
+        raise argparse.ArgumentTypeError("a level is named twice")
+    return keys
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     extra = {}
     if args.lease_namespace:
@@ -293,6 +312,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         webhook_host=args.webhook_host,
         webhook_cert_dir=args.webhook_cert_dir,
         pin_placement=args.pin_placement,
+        topology_levels=args.topology_levels,
         log_format=args.log_format,
         log_level=args.log_level,
         leader_elect=args.leader_elect,

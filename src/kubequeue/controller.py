@@ -99,6 +99,7 @@ class Controller:
         self.adapters = adapters_for(settings.kinds)
         self.queue = JobQueue()
         self.cache = CapacityCache(on_freed=self._wake)
+        self.cache.topology_levels = settings.topology_levels
         self.reservations = Reservations(self.cache)
         self.tracker = JobTracker(self.cache, self.queue, self.reservations, on_change=self._wake)
         for adapter in self.adapters:

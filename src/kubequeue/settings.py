@@ -53,6 +53,10 @@ class Settings:
     webhook_host: str = "0.0.0.0"
     webhook_cert_dir: str = "/etc/kube-queue/webhook"
     """Directory with tls.crt and tls.key for the webhook (the chart mounts a Secret here)."""
+    topology_levels: tuple[str, ...] = ()
+    """Node labels that form the cluster's topology, coarsest first (e.g. zone, block, rack,
+    nvidia.com/gpu.clique): a job's preferred topology falls back through the coarser ones
+    before "anywhere" (docs/topology.md). Jobs may name any node label; this only orders them."""
     pin_placement: bool = True
     """The webhook gates new pods of queued kinds (its /mutate/pod-gate path) and kube-queue
     pins each one to a node its job's plan held room on, then ungates it (capacity/pins.py).

@@ -116,6 +116,9 @@ class CapacityCache:
         self._moves = 0
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
         # label key -> its values on schedulable nodes -> those nodes (capacity/topology.py)
+        # The topology levels the cluster admin declared, coarsest first (--topology-levels): a
+        # preferred topology falls back through the coarser ones (capacity/topology.py).
+        self.topology_levels: tuple[str, ...] = ()
         self._domains: dict[str, dict[str, tuple[str, ...]]] = {}
         self._domain_free: dict[str, tuple[int, dict[str, tuple[int, int]]]] = {}
         # constraints -> (partition count when computed, the taint partitions they tolerate)

@@ -4,7 +4,7 @@ A topology level is a node label (``topology.kubernetes.io/zone``, a rack label,
 ``nvidia.com/gpu.clique``); a domain is one value of it, i.e. the schedulable nodes carrying that
 value. A job asks for its pods together in one domain of a level (demand.py: ``topology_of``,
 on the job or a pod template): *required*, or *preferred* (the level's domains first, then each
-coarser declared level's, then anywhere).
+coarser level's the admin declared with ``--topology-levels``, then anywhere).
 
 Choosing the domain: every domain where the whole gang fits (the same per-node fit as any job,
 confined to the domain's nodes by one more nodeSelector term), and among them the one it fills
@@ -126,7 +126,7 @@ def place_job(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignme
     (a starved gang gets a domain held, not scattered nodes) all place with."""
     if all(ps.topology is None for ps in pod_sets):
         return place(pod_sets, cache)
-    found = place_together(pod_sets, cache)
+    found = place_together(pod_sets, cache, cache.topology_levels)
     return found.assignments if found is not None else None
 
 
