@@ -246,3 +246,45 @@ def test_a_hold_a_pinned_pod_counts_on_is_dropped_last() -> None:
     assert not w.pins.upsert(unbound_pod("p-b", gated=False, host="host-b"), (JOB, None))
     w.reservations.track(JOB, [PodSet("main", 1, request(1), NodeConstraints())])
     assert w.reservations.placed(JOB) == [("b", request(1), 1)]
+
+
+def test_a_pod_pinned_at_creation_holds_its_slot_until_seen_then_hands_it_over() -> None:
+    """The leader's webhook pins a new pod before it has a uid: its slot is counted per (job,
+    host, pod set) until the pod shows up (unbound or bound) and takes the count over, or a
+    deadline passes (its create failed after the webhook answered)."""
+    w = World(("a", 1), ("b", 1))
+    w.hold(JOB, 2)
+    now = [0.0]
+    w.pins.clock = lambda: now[0]
+    assert w.pins.pin_at_creation(unbound_pod("new", gated=False), (JOB, None)) == "host-a"
+    w.gate(unbound_pod("p1"))
+    assert w.pin_all() == [("planned", "b")], "a's slot is taken by the pod pinned at creation"
+    # It shows up unbound, pinned to a: the count is handed over, not doubled.
+    assert not w.pins.upsert(unbound_pod("new", gated=False, host="host-a"), (JOB, None))
+    assert w.pins.pinned_on(JOB, "main") == {"host-a": 1, "host-b": 1}
+    # A second pod pinned at creation that binds before its unbound event is ever seen.
+    w2 = World(("a", 1))
+    w2.hold(JOB, 1)
+    assert w2.pins.pin_at_creation(unbound_pod("x", gated=False), (JOB, None)) == "host-a"
+    w2.pins.bound(unbound_pod("x", gated=False, host="host-a"), (JOB, None))
+    assert w2.pins.pinned_on(JOB, "main") == {}
+    # A create that failed after the webhook answered: the slot comes back after the deadline.
+    w3 = World(("a", 1))
+    w3.hold(JOB, 1)
+    later = [0.0]
+    w3.pins.clock = lambda: later[0]
+    assert w3.pins.pin_at_creation(unbound_pod("lost", gated=False), (JOB, None)) == "host-a"
+    assert w3.pins.pin_at_creation(unbound_pod("next", gated=False), (JOB, None)) is None
+    later[0] = 31.0
+    assert w3.pins.pin_at_creation(unbound_pod("next", gated=False), (JOB, None)) == "host-a"
+
+
+def test_the_leaders_webhook_pins_at_creation_and_a_dry_run_only_gates() -> None:
+    owned = {"metadata": {"ownerReferences": [{"kind": "Job", "name": "j", "controller": True}]},
+             "spec": {"containers": []}}
+    pinned = apply_patch(owned, pod_gate("Pod", owned, pin=lambda obj: "host-a"))
+    assert pinned["spec"]["nodeSelector"] == {HOSTNAME: "host-a"}
+    assert "schedulingGates" not in pinned["spec"]
+    assert pinned["metadata"]["labels"] == {PLACEMENT_LABEL: "pinned"}
+    gated = apply_patch(owned, pod_gate("Pod", owned, pin=lambda obj: None))
+    assert gated["spec"]["schedulingGates"] == [{"name": PLACEMENT_GATE}]

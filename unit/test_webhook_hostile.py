@@ -5,6 +5,7 @@ server; and the pure mutation code never raises on any JSON a client could send.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -92,11 +93,13 @@ def test_review_response_never_raises(review: Any) -> None:
 
 
 @asynccontextmanager
-async def _webhook(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext, int]]:
+async def _webhook(
+    tmp_path: Path, **server_kw: Any
+) -> AsyncIterator[tuple[str, ssl.SSLContext, int]]:
     ca = await asyncio.to_thread(write_serving_cert, tmp_path)
     trust = ssl.create_default_context(cadata=ca.decode())
     port = free_port()
-    server = WebhookServer("127.0.0.1", port, tmp_path)
+    server = WebhookServer("127.0.0.1", port, tmp_path, **server_kw)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.run)
         for _ in range(200):
@@ -152,3 +155,32 @@ async def test_an_oversized_review_is_refused_not_buffered(tmp_path: Path) -> No
         huge = b'{"x": "' + b"a" * (9 * 2**20) + b'"}'
         async with session.post(url, data=huge, ssl=trust) as resp:
             assert resp.status == 413
+
+
+async def test_the_pod_webhook_pins_through_the_leaders_plan_but_never_on_a_dry_run(
+    tmp_path: Path,
+) -> None:
+    """A dry run must not take a slot of the plan: it gets the gate, as from a standby. And
+    the pod's namespace, absent from a created object, comes from the request."""
+    asked: list[str] = []
+
+    def pin(obj: dict[str, Any]) -> str | None:
+        asked.append(obj["metadata"]["namespace"])
+        return "node-1"
+
+    pod = {"metadata": {"generateName": "j-",
+                        "ownerReferences": [{"kind": "Job", "name": "j", "controller": True}]},
+           "spec": {"containers": []}}
+    async with _webhook(tmp_path, pin_pod=pin) as (url, trust, _), aiohttp.ClientSession() as s:
+        url = url.replace("auto-queue", "pod-gate")
+        for dry in (False, True):
+            review = {"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"},
+                                  "namespace": "team-a", "dryRun": dry, "object": pod}}
+            async with s.post(url, json=review, ssl=trust) as resp:
+                patch = json.loads(base64.b64decode((await resp.json())["response"]["patch"]))
+            paths = {op["path"] for op in patch}
+            if dry:
+                assert "/spec/schedulingGates" in paths and "/spec/nodeSelector" not in paths
+            else:
+                assert "/spec/nodeSelector" in paths and "/spec/schedulingGates" not in paths
+    assert asked == ["team-a"], "asked once: the dry run did not reach the plan"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import structlog
 
 from kubequeue.admission.cycle import AdmissionCycle
@@ -122,6 +123,7 @@ class Controller:
         self.loop = AdmissionLoop(
             self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight
         )
+        self._owner_of = pod_owner_finder(self.adapters)
         self.pins = Pins(
             self.cache, self.reservations, self.tracker.resolve_pod, self.tracker.is_admitted
         )
@@ -270,6 +272,7 @@ class Controller:
                     s.webhook_port,
                     Path(s.webhook_cert_dir),
                     gate_pods=self.pinner.pin,
+                    pin_pod=self._pin_at_creation,
                 )
                 tg.start_soon(webhook.run, name="webhook-server")
             tg.start_soon(self.events.run, name="event-writer")
@@ -292,6 +295,20 @@ class Controller:
                 tg.start_soon(elector.run, self._lead, name="leader-election")
             else:
                 tg.start_soon(self._lead, name="leading")
+
+    def _pin_at_creation(self, obj: dict[str, Any]) -> str | None:
+        """The webhook asks, for a new pod: the node to pin it to now. Only the leader knows
+        the plan (a standby, or a leader not synced yet, answers None: the pod is gated)."""
+        if not (self.leading and self.ready and self.pinner.pin):
+            return None
+        try:
+            pod = msgspec.convert(obj, Pod, strict=False)
+        except msgspec.ValidationError:
+            return None
+        host = self.pins.pin_at_creation(pod, self._owner_of(pod))
+        if host is not None:
+            metrics.PODS_PINNED_AT_CREATION.inc()
+        return host
 
     async def _check_pinning_supported(self) -> None:
         """Pinning changes a gated pod's nodeSelector, which Kubernetes allows from 1.27 and

@@ -100,7 +100,7 @@ class PodHandler:
         ):
             self.on_unpinned()
         if self.pins is not None:
-            self.pins.delete(obj.metadata.uid)
+            self.pins.bound(obj, owner)
         self.tracker.pod_changed(self.cache.upsert_pod(obj, owner))
 
     def delete(self, key: str) -> None:

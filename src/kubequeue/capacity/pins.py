@@ -32,6 +32,7 @@ Pure and synchronous; the pinner calls ``take`` and ``choose`` and does the writ
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ from kubequeue.resources import Resources
 from kubequeue.scheduling import ConstraintError, NodeConstraints, constraints_of
 
 __all__ = ["GatedPod", "Pin", "Pins"]
+
+# How long a slot pinned at creation is kept for a pod not seen yet (its create may have failed
+# after the webhook answered: another webhook refused it, a quota, a timeout).
+_PROVISIONAL_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,12 @@ class Pins:
         # must neither free the slot just chosen nor queue the pod again), sent back to waiting
         # if the write fails because the pod changed.
         self._writing: dict[str, GatedPod | None] = {}
+        # Pinned at creation by the leader's webhook (``pin_at_creation``): the pod has no uid
+        # or name yet, so its slot is counted per (job, host, pod set), with a deadline, until
+        # the pod is seen (unbound or bound) and takes the count over, or the deadline passes
+        # (its create failed after the webhook answered).
+        self._provisional: dict[tuple[JobKey, str, str], list[float]] = {}
+        self.clock: Callable[[], float] = time.monotonic
 
     # ----------------------------------------------------------------- pod events
     def upsert(self, pod: Pod, owner: PodOwner | None) -> bool:
@@ -180,6 +191,7 @@ class Pins:
     def choose(self, pod: GatedPod) -> Pin:
         """Where this pod goes; counted at once (the next pod's choice sees it taken). The
         caller writes it and reports ``written`` or ``failed``."""
+        self._expire()
         self._writing[pod.uid] = None
         return self._choose(pod)
 
@@ -254,10 +266,89 @@ class Pins:
         if uid in self._extra or self._unbound.get(uid) == (job, host, key):
             return  # counted already (a replanned pod keeps its own room, not a slot)
         self._uncount(uid)
+        taken_over = self._take_provisional(job, host, key)
         if self._cache.is_bound(uid):
+            if taken_over:
+                self._decrement(job, host, key)
             return  # bound already: the reservation counts it now
         self._unbound[uid] = (job, host, key)
-        self._per_job.setdefault(job, Counter())[(host, key)] += 1
+        if not taken_over:
+            self._per_job.setdefault(job, Counter())[(host, key)] += 1
+
+    # ----------------------------------------------------------------- pinned at creation
+    def pin_at_creation(self, pod: Pod, owner: PodOwner | None) -> str | None:
+        """For the leader's webhook: the hostname to pin a new pod to right away (no gate, no
+        PATCH), when its job holds a slot for it; None: gate it as usual."""
+        self._expire()
+        if owner is None or pod.spec.nodeName or HOSTNAME in pod.spec.nodeSelector:
+            return None
+        job, pod_set = self._resolve(owner)
+        if not self._admitted(job):
+            return None
+        try:
+            request = pod_request(pod.spec)
+        except DemandError:
+            return None
+        name = self._which_set(job, pod_set, request)
+        node = self._held_slot(job, name) if name is not None else None
+        state = self._cache.nodes.get(node) if node is not None else None
+        host = state.labels.get(HOSTNAME) if state is not None else None
+        if name is None or not host:
+            return None
+        self._provisional.setdefault((job, host, name), []).append(self.clock() + _PROVISIONAL_S)
+        self._per_job.setdefault(job, Counter())[(host, name)] += 1
+        return host
+
+    def bound(self, pod: Pod, owner: PodOwner | None) -> None:
+        """A pod is bound (the bound watch): it counts as pinned-and-unbound no more, and a pod
+        pinned at creation that was never seen unbound takes its provisional count with it."""
+        uid = pod.metadata.uid
+        if uid in self._unbound or uid in self._extra:
+            self.delete(uid)
+            return
+        self.waiting.pop(uid, None)
+        self._writing.pop(uid, None)
+        host = pod.spec.nodeSelector.get(HOSTNAME)
+        if host is None or owner is None or not self._provisional:
+            return
+        job, pod_set = self._resolve(owner)
+        try:
+            request = pod_request(pod.spec)
+        except DemandError:
+            return
+        name = self._which_set(job, pod_set, request)
+        if name is not None and self._take_provisional(job, host, name):
+            self._decrement(job, host, name)
+
+    def _take_provisional(self, job: JobKey, host: str, key: str) -> bool:
+        deadlines = self._provisional.get((job, host, key))
+        if not deadlines:
+            return False
+        deadlines.pop(0)
+        if not deadlines:
+            del self._provisional[(job, host, key)]
+        return True
+
+    def _expire(self) -> None:
+        if not self._provisional:
+            return
+        now = self.clock()
+        for key, deadlines in list(self._provisional.items()):
+            while deadlines and deadlines[0] < now:
+                deadlines.pop(0)
+                self._decrement(*key)
+            if not deadlines:
+                del self._provisional[key]
+
+    def _decrement(self, job: JobKey, host: str, key: str) -> None:
+        counts = self._per_job.get(job)
+        if counts is None:
+            return
+        counts[(host, key)] -= 1
+        if counts[(host, key)] <= 0:
+            del counts[(host, key)]
+            if not counts:
+                del self._per_job[job]
 
     def _uncount(self, uid: str) -> None:
         extra = self._extra.pop(uid, None)
@@ -266,13 +357,7 @@ class Pins:
         found = self._unbound.pop(uid, None)
         if found is None:
             return
-        job, host, key = found
-        counts = self._per_job[job]
-        counts[(host, key)] -= 1
-        if counts[(host, key)] <= 0:
-            del counts[(host, key)]
-            if not counts:
-                del self._per_job[job]
+        self._decrement(*found)
 
     def pinned_on(self, job: JobKey, pod_set: str) -> dict[str, int]:
         """Pods of this pod set pinned and not bound yet, per node hostname."""

@@ -176,6 +176,12 @@ PODS_UNGATED = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+PODS_PINNED_AT_CREATION = Counter(
+    "kube_queue_pods_pinned_at_creation_total",
+    "Pods the leader's webhook pinned to their planned node as they were created (no gate, "
+    "no PATCH); the others are gated and pinned by kube_queue_pods_ungated_total.",
+    registry=REGISTRY,
+)
 PODS_UNPINNED_CREATED = Counter(
     "kube_queue_pods_created_ungated_total",
     "Pods of admitted jobs created without kube-queue's gate (webhook not installed or "

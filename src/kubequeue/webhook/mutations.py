@@ -17,7 +17,9 @@ And one about making the plan binding:
 
 - ``pod_gate``: a new pod of a queued kind (the webhook configuration's objectSelectors name
   each kind's pod label) gets the scheduling gate ``kube-queue.io/placement``; kube-queue pins
-  it to the node its job's plan held room on, then removes the gate (capacity/pins.py). Pods
+  it to the node its job's plan held room on, then removes the gate (capacity/pins.py). When
+  the replica answering leads (it knows the plan) and the job holds a slot for the pod, it adds
+  the node to the nodeSelector right away instead, and no gate: no PATCH, no second round. Pods
   with no controller (nothing queued them), pods already bound (``nodeName``: the API server
   refuses gates on them) and pods that carry the gate already are left alone. Stateless on
   purpose: every replica answers the same, leader or not, and a pod of a job kube-queue does
@@ -26,6 +28,7 @@ And one about making the plan binding:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kubequeue.kinds.common import (
@@ -34,7 +37,13 @@ from kubequeue.kinds.common import (
     dig,
     labels_of,
 )
-from kubequeue.labels import IGNORE, PLACEMENT_GATE, PLACEMENT_LABEL, SUSPEND_ANNOTATION
+from kubequeue.labels import (
+    HOSTNAME,
+    IGNORE,
+    PLACEMENT_GATE,
+    PLACEMENT_LABEL,
+    SUSPEND_ANNOTATION,
+)
 
 __all__ = ["JsonPatch", "auto_queue", "native_suspend", "pod_gate"]
 
@@ -102,15 +111,23 @@ def auto_queue(kind: str, obj: dict[str, Any]) -> JsonPatch:
     return ops
 
 
-def pod_gate(kind: str, obj: dict[str, Any]) -> JsonPatch:
+def pod_gate(
+    kind: str, obj: dict[str, Any], pin: Callable[[dict[str, Any]], str | None] | None = None
+) -> JsonPatch:
     """Hold a new pod of a queued kind for pinning (no-op for pods it does not apply to): the
-    gate, and the label kube-queue's watch of gated pods selects on."""
+    gate, and the label kube-queue's watch of gated pods selects on. With ``pin`` (the leader
+    answering, which knows the plan): the node at once when ``pin`` names one, no gate."""
     spec = obj.get("spec")
     meta = obj.get("metadata")
     if kind != "Pod" or not isinstance(spec, dict) or not isinstance(meta, dict):
         return []
     if spec.get("nodeName") or controller_owner(obj) is None:
         return []
+    host = pin(obj) if pin is not None else None
+    if host is not None:
+        return _set(obj, ("spec", "nodeSelector", HOSTNAME), host) + _set(
+            obj, ("metadata", "labels", PLACEMENT_LABEL), "pinned"
+        )
     gates = spec.get("schedulingGates")
     gate = {"name": PLACEMENT_GATE}
     ops: JsonPatch

@@ -11,6 +11,7 @@ outages.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import ssl
 from collections.abc import Callable
@@ -55,6 +56,12 @@ def review_response(
     kind = group_kind.get("kind") if isinstance(group_kind, dict) else ""
     kind = kind if isinstance(kind, str) else ""
     if request.get("operation") == "CREATE" and isinstance(obj, dict):
+        meta = obj.get("metadata")
+        namespace = request.get("namespace")
+        if isinstance(meta, dict) and not meta.get("namespace") and isinstance(namespace, str):
+            # A created object may not carry its namespace yet; the request does (the pod
+            # webhook finds the pod's job by it).
+            obj = {**obj, "metadata": {**meta, "namespace": namespace}}
         ops = mutator(kind, obj)
         if ops:
             response["patchType"] = "JSONPatch"
@@ -74,11 +81,21 @@ def review_response(
 
 
 class WebhookServer:
-    def __init__(self, host: str, port: int, cert_dir: Path, *, gate_pods: bool = True) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        cert_dir: Path,
+        *,
+        gate_pods: bool = True,
+        pin_pod: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.cert_dir = cert_dir
         self.gate_pods = gate_pods
+        # The leader's plan, asked for the node of a new pod (None: gate it; see mutations.py).
+        self.pin_pod = pin_pod
 
     def _ssl(self) -> ssl.SSLContext:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -89,9 +106,14 @@ class WebhookServer:
     async def run(self) -> None:
         app = web.Application(client_max_size=8 * 2**20)
         for name, mutator in _MUTATORS.items():
+            dry = None
             if name == "pod-gate" and not self.gate_pods:
                 mutator = _unchanged
-            app.router.add_post(f"/mutate/{name}", self._handler(mutator, _WARNINGS.get(name)))
+            elif name == "pod-gate" and self.pin_pod is not None:
+                # A dry run must not take a slot: it gets the gate, as from a standby.
+                mutator, dry = functools.partial(pod_gate, pin=self.pin_pod), pod_gate
+            handler = self._handler(mutator, _WARNINGS.get(name), dry)
+            app.router.add_post(f"/mutate/{name}", handler)
         # After refusing a body over client_max_size, aiohttp keeps reading and discarding the
         # rest for lingering_time (10 s by default) so the client can read the 413; meanwhile
         # the connection is held and shutdown waits for it. The API server never sends a review
@@ -108,12 +130,21 @@ class WebhookServer:
             with anyio.CancelScope(shield=True):
                 await runner.cleanup()
 
-    def _handler(self, mutator: Mutator, warning: str | None) -> Callable[[web.Request], Any]:
+    def _handler(
+        self, mutator: Mutator, warning: str | None, dry: Mutator | None = None
+    ) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
             try:
                 review = await request.json()
                 if not isinstance(review, dict):
                     raise TypeError(f"an AdmissionReview is an object, not {type(review).__name__}")
+                request_part = review.get("request")
+                if (
+                    dry is not None
+                    and isinstance(request_part, dict)
+                    and request_part.get("dryRun")
+                ):
+                    return web.json_response(review_response(review, dry, warning))
                 return web.json_response(review_response(review, mutator, warning))
             except web.HTTPException:
                 raise  # e.g. 413: the body is over client_max_size
