@@ -288,3 +288,19 @@ def test_the_leaders_webhook_pins_at_creation_and_a_dry_run_only_gates() -> None
     assert pinned["metadata"]["labels"] == {PLACEMENT_LABEL: "pinned"}
     gated = apply_patch(owned, pod_gate("Pod", owned, pin=lambda obj: None))
     assert gated["spec"]["schedulingGates"] == [{"name": PLACEMENT_GATE}]
+
+
+def test_a_stale_gated_event_after_the_write_answered_keeps_the_slot_taken_too() -> None:
+    """The write's answer can come back before the watch delivers events older than it (CI
+    caught both pods of a gang pinned to one node that way): the pod counts as being written
+    until the watch shows it ungated."""
+    w = World(("a", 1), ("b", 1))
+    w.hold(JOB, 2)
+    w.gate(unbound_pod("p0"))
+    assert w.pin_all() == [("planned", "a")]
+    w.pins.written("p0")
+    assert not w.pins.upsert(unbound_pod("p0"), (JOB, None))  # older than the write
+    w.gate(unbound_pod("p1"))
+    assert w.pin_all() == [("planned", "b")]
+    assert not w.pins.upsert(unbound_pod("p0", gated=False, host="host-a"), (JOB, None))
+    assert w.pins.pinned_on(JOB, "main") == {"host-a": 1, "host-b": 1}

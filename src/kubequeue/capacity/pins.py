@@ -169,8 +169,11 @@ class Pins:
         self._uncount(uid)
 
     def written(self, uid: str) -> None:
-        """The chosen write applied."""
-        self._writing.pop(uid, None)
+        """The chosen write applied. The pod stays "being written" until the watch shows it
+        ungated: events older than the write (the scheduler's SchedulingGated status) may still
+        arrive after the answer, and must not free its slot or queue it again."""
+        if uid in self._writing:
+            self._writing[uid] = None
 
     def failed(self, uid: str, *, retry: bool) -> bool:
         """The chosen write did not apply: its slot is free again. With ``retry`` (the pod
