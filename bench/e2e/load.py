@@ -211,6 +211,7 @@ class PodWatch:
     # The node each pod was first seen bound to (kept after it ends): where plans went.
     bound: dict[str, str] = field(default_factory=dict)
     bound_at: dict[str, float] = field(default_factory=dict)
+    pending_on: dict[str, str] = field(default_factory=dict)
 
     def _gone(self, key: str) -> None:
         old = self._pods.pop(key, None)
@@ -235,6 +236,9 @@ class PodWatch:
             )
             if unschedulable:
                 self._pending_since.setdefault(key, time.monotonic())
+                # What it was waiting on, for the report: where it was pinned, if anywhere.
+                selector = spec.get("nodeSelector") or {}
+                self.pending_on[key] = selector.get("kubernetes.io/hostname", "")
             return
         gpus, cpu = 0, 0.0
         for c in spec.get("containers") or []:

@@ -773,6 +773,8 @@ async def fragmentation(
         "gpu_utilisation_series": [round(s, 3) for s in samples],
         "admitted_pods_unschedulable_over_10s": len(pods.stuck),
         "unschedulable_pods": sorted(pods.stuck),
+        "unschedulable_pinned_to": {k: pods.pending_on.get(k, "") for k in sorted(pods.stuck)},
+        "unschedulable_bound_on": {k: pods.bound.get(k, "") for k in sorted(pods.stuck)},
         **placement_figures(getattr(system, "kq", None), pods.bound, "frag"),
     }
 

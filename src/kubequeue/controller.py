@@ -305,9 +305,17 @@ class Controller:
             pod = msgspec.convert(obj, Pod, strict=False)
         except msgspec.ValidationError:
             return None
-        host = self.pins.pin_at_creation(pod, self._owner_of(pod))
+        owner = self._owner_of(pod)
+        host = self.pins.pin_at_creation(pod, owner)
         if host is not None:
             metrics.PODS_PINNED_AT_CREATION.inc()
+        meta = pod.metadata
+        log.debug(
+            "pod.pinned_at_creation" if host is not None else "pod.gated",
+            pod=f"{meta.namespace}/{meta.name or obj['metadata'].get('generateName')}",
+            job="/".join(owner[0]) if owner is not None else None,
+            host=host,
+        )
         return host
 
     async def _check_pinning_supported(self) -> None:
