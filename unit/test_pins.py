@@ -304,3 +304,20 @@ def test_a_stale_gated_event_after_the_write_answered_keeps_the_slot_taken_too()
     assert w.pin_all() == [("planned", "b")]
     assert not w.pins.upsert(unbound_pod("p0", gated=False, host="host-a"), (JOB, None))
     assert w.pins.pinned_on(JOB, "main") == {"host-a": 1, "host-b": 1}
+
+
+def test_when_a_pod_binds_with_room_to_spare_the_hold_beside_it_is_the_one_dropped() -> None:
+    """A node with room to spare is not over-committed when its planned pod binds, so the hold
+    dropped used to be whichever came first; the holds of the job's pods not created yet then
+    moved (CI-free repro of a pod pinned off its plan): the hold beside the bound pod goes."""
+    from kubequeue.capacity.fit import Assignment
+
+    w = World(("a", 8), ("b", 8))
+    ps = [PodSet("main", 2, request(1), NodeConstraints())]
+    w.reservations.hold(JOB, ps, [Assignment("main", "b", 1, request(1)),
+                                  Assignment("main", "a", 1, request(1))])
+    w.reservations.bound_pods = lambda job: w.cache.bound_pods(job)
+    w.cache.upsert_pod(b.pod("p-a", "a", {"cpu": "1", GPU: "1"}, owner_job="train"),
+                       (JOB, None))
+    w.reservations.reconcile(JOB)
+    assert w.reservations.placed(JOB) == [("b", request(1), 1)]

@@ -395,18 +395,27 @@ class Reservations:
             del held.placed[pod_set]
 
     def _drop(self, held: _Held, pod_set: str, count: int) -> None:
-        """Release ``count`` held pods: stranded ones first, and last the holds a pod pinned to
-        their node (and not bound yet) counts on. Holds are interchangeable for unpinned pods,
-        not for pinned ones: a pinned pod can only bind on its node, so dropping the hold it
-        was pinned to (when a sibling bound or ended) would let another job into its room."""
+        """Release ``count`` held pods: stranded ones first, the holds a pod pinned to their
+        node (and not bound yet) counts on last, and otherwise those beside a bound pod of the
+        job first. Holds are interchangeable for unpinned pods, not for pinned ones: a pinned
+        pod can only bind on its node, so dropping the hold it was pinned to (when a sibling
+        bound or ended) would let another job into its room."""
         nodes = held.placed.get(pod_set, {})
         claimed = self.pinned(held.key, pod_set) if self.pinned is not None else {}
         states = self._cache.nodes
+        # Where the job's pods are bound: a hold beside one of them is most likely the one that
+        # pod was planned into (a bind is what usually shrinks the hold), so it goes first,
+        # and the holds planned for pods not created yet stay where the plan put them.
+        bound_on = self._cache.footprint(held.key) if len(nodes) > 1 else {}
 
-        def order(node: str) -> tuple[bool, bool]:
+        def order(node: str) -> tuple[bool, bool, bool]:
             state = states.get(node)
             host = state.labels.get(HOSTNAME, "") if state is not None else ""
-            return (not self._stranded(node), nodes[node] <= claimed.get(host, 0))
+            return (
+                not self._stranded(node),
+                nodes[node] <= claimed.get(host, 0),
+                node not in bound_on,
+            )
 
         for node in sorted(nodes, key=order):
             if count <= 0:
