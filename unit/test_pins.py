@@ -113,7 +113,7 @@ def test_a_pinned_pod_not_bound_yet_counts_against_its_node_also_after_a_restart
     assert w.pin_all() == [("planned", "b")]
     # It bound (left the unbound watch): its hold shrank with it, nothing is counted twice.
     w.pins.delete("old")
-    assert w.pins.pinned_unbound(JOB) == 1
+    assert w.pins.pinned_on(JOB, "main") == {"host-b": 1}
 
 
 def test_a_refused_pin_frees_its_slot() -> None:

@@ -30,6 +30,7 @@ from kubequeue import resources
 from kubequeue.capacity.index import CPU_KEY_MAX, CPU_STEP, GPU_KEY_MAX, FreeIndex, bucket_of
 from kubequeue.demand import DemandError, cached_pod_request, parse_resource_map, pod_request
 from kubequeue.identity import JobKey, PodOwner
+from kubequeue.labels import HOSTNAME
 from kubequeue.objects import Node, Pod, Taint
 from kubequeue.resources import GPU, Resources
 from kubequeue.scheduling import HARD_EFFECTS, NodeConstraints, tolerates
@@ -548,6 +549,12 @@ class CapacityCache:
             )
             self._feasible[constraints] = found
         return found
+
+    def hostname(self, node: str) -> str:
+        """The node's ``kubernetes.io/hostname`` label, what a pinned pod's nodeSelector names
+        ("" when the node is unknown or has none)."""
+        state = self.nodes.get(node)
+        return state.labels.get(HOSTNAME, "") if state is not None else ""
 
     def domains(self, level: str) -> dict[str, tuple[str, ...]]:
         """The topology domains of a node label: each value it has on schedulable nodes, with

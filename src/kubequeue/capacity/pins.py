@@ -12,9 +12,8 @@ the gate in one write (admission/pinner.py). The scheduler can then bind it ther
 
 A held slot is used once: pods pinned to a node and not bound yet count against the job's holds
 of their pod set there (``_unbound``, re-derived from the pods' own nodeSelectors after a
-restart). When a pinned
-pod binds, the reservation shrinks (it drops over-committed holds first, which is where the pod
-went), so holds and pinned pods stay consistent without a second book.
+restart). When a pinned pod binds, the reservation shrinks (Reservations._drop keeps the holds
+pinned pods count on), so holds and pinned pods stay consistent without a second book.
 
 Outcomes, most to least planned:
 
@@ -149,15 +148,9 @@ class Pins:
             return True
         self.waiting.pop(uid, None)
         self._writing.pop(uid, None)  # ungated: the write applied (or someone else's did)
-        if host is not None and owner is not None and not gates:
-            try:
-                request = pod_request(spec)
-            except DemandError:
-                return False
-            job, pod_set = self._resolve(owner)
-            name = self._which_set(job, pod_set, request)
-            if name is not None:
-                self._count(uid, job, host, name)
+        slot = self._slot_of(pod, owner) if host is not None and not gates else None
+        if host is not None and slot is not None:
+            self._count(uid, slot[0], host, slot[1])
         return False
 
     def delete(self, uid: str) -> None:
@@ -220,8 +213,7 @@ class Pins:
                 return self._unpinned(pod, "no node has room for it now; the scheduler decides")
             node = found[0].node
             outcome, why = "replanned", "no held room of its job left; a node with room now"
-        state = self._cache.nodes.get(node)
-        host = state.labels.get(HOSTNAME) if state is not None else None
+        host = self._cache.hostname(node)
         if not host:
             return self._unpinned(pod, f"node {node} has no {HOSTNAME} label to pin to")
         if outcome == "planned" and name is not None:
@@ -232,6 +224,19 @@ class Pins:
             self._cache.reserve(node, pod.request, 1)
             self._extra[pod.uid] = (node, pod.request)
         return Pin(pod, outcome, node, host, why)
+
+    def _slot_of(self, pod: Pod, owner: PodOwner | None) -> tuple[JobKey, str] | None:
+        """The job and the pod set of its plan a pod counts against (None: no job's, or its
+        pod set is not the plan's)."""
+        if owner is None:
+            return None
+        try:
+            request = pod_request(pod.spec)
+        except DemandError:
+            return None
+        job, pod_set = self._resolve(owner)
+        name = self._which_set(job, pod_set, request)
+        return (job, name) if name is not None else None
 
     def _which_set(self, job: JobKey, pod_set: str | None, request: Resources) -> str | None:
         """The pod set of the job's plan a pod belongs to: the one its labels name, the only
@@ -251,14 +256,9 @@ class Pins:
     def _held_slot(self, job: JobKey, name: str) -> str | None:
         """A node holding room for a pod of this pod set that no pinned pod has taken."""
         used = self._per_job.get(job) or Counter()
-        nodes = self._cache.nodes
         held = [a for a in self._reservations.assignments(job) if a.pod_set == name]
         for a in sorted(held, key=lambda a: a.node):
-            if a.node == UNPLACED:
-                continue
-            state = nodes.get(a.node)
-            host = state.labels.get(HOSTNAME, "") if state is not None else ""
-            if a.count - used[(host, name)] > 0:
+            if a.node != UNPLACED and a.count - used[(self._cache.hostname(a.node), name)] > 0:
                 return a.node
         return None
 
@@ -283,20 +283,15 @@ class Pins:
         """For the leader's webhook: the hostname to pin a new pod to right away (no gate, no
         PATCH), when its job holds a slot for it; None: gate it as usual."""
         self._expire()
-        if owner is None or pod.spec.nodeName or HOSTNAME in pod.spec.nodeSelector:
+        if pod.spec.nodeName or HOSTNAME in pod.spec.nodeSelector:
             return None
-        job, pod_set = self._resolve(owner)
-        if not self._admitted(job):
+        slot = self._slot_of(pod, owner)
+        if slot is None or not self._admitted(slot[0]):
             return None
-        try:
-            request = pod_request(pod.spec)
-        except DemandError:
-            return None
-        name = self._which_set(job, pod_set, request)
-        node = self._held_slot(job, name) if name is not None else None
-        state = self._cache.nodes.get(node) if node is not None else None
-        host = state.labels.get(HOSTNAME) if state is not None else None
-        if name is None or not host:
+        job, name = slot
+        node = self._held_slot(job, name)
+        host = self._cache.hostname(node) if node is not None else ""
+        if not host:
             return None
         self._provisional.setdefault((job, host, name), []).append(self.clock() + _PROVISIONAL_S)
         self._per_job.setdefault(job, Counter())[(host, name)] += 1
@@ -312,16 +307,11 @@ class Pins:
         self.waiting.pop(uid, None)
         self._writing.pop(uid, None)
         host = pod.spec.nodeSelector.get(HOSTNAME)
-        if host is None or owner is None or not self._provisional:
+        if host is None or not self._provisional:
             return
-        job, pod_set = self._resolve(owner)
-        try:
-            request = pod_request(pod.spec)
-        except DemandError:
-            return
-        name = self._which_set(job, pod_set, request)
-        if name is not None and self._take_provisional(job, host, name):
-            self._decrement(job, host, name)
+        slot = self._slot_of(pod, owner)
+        if slot is not None and self._take_provisional(slot[0], host, slot[1]):
+            self._decrement(slot[0], host, slot[1])
 
     def _take_provisional(self, job: JobKey, host: str, key: str) -> bool:
         deadlines = self._provisional.get((job, host, key))
@@ -368,7 +358,3 @@ class Pins:
         if not counts:
             return {}
         return {host: n for (host, name), n in counts.items() if name == pod_set}
-
-    def pinned_unbound(self, job: JobKey) -> int:
-        """Pods of the job pinned to a node and not bound yet."""
-        return sum((self._per_job.get(job) or Counter()).values())

@@ -25,7 +25,6 @@ from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, place
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
-from kubequeue.labels import HOSTNAME
 from kubequeue.resources import GPU, Resources
 from kubequeue.scheduling import NodeConstraints
 
@@ -402,18 +401,16 @@ class Reservations:
         bound or ended) would let another job into its room."""
         nodes = held.placed.get(pod_set, {})
         claimed = self.pinned(held.key, pod_set) if self.pinned is not None else {}
-        states = self._cache.nodes
+        hostname = self._cache.hostname
         # Where the job's pods are bound: a hold beside one of them is most likely the one that
         # pod was planned into (a bind is what usually shrinks the hold), so it goes first,
         # and the holds planned for pods not created yet stay where the plan put them.
         bound_on = self._cache.footprint(held.key) if len(nodes) > 1 else {}
 
         def order(node: str) -> tuple[bool, bool, bool]:
-            state = states.get(node)
-            host = state.labels.get(HOSTNAME, "") if state is not None else ""
             return (
                 not self._stranded(node),
-                nodes[node] <= claimed.get(host, 0),
+                nodes[node] <= claimed.get(hostname(node), 0),
                 node not in bound_on,
             )
 
