@@ -44,32 +44,21 @@ from kubequeue.labels import (
     PLACEMENT_LABEL,
     SUSPEND_ANNOTATION,
 )
+from kubequeue.precondition import JsonPatch, merge_ops
 
 __all__ = ["JsonPatch", "auto_queue", "native_suspend", "pod_gate"]
 
-JsonPatch = list[dict[str, Any]]
 _KUBEFLOW = frozenset({"TFJob", "PyTorchJob", "MPIJob"})
 _SPEC_SUSPEND = frozenset({"RayJob", "SparkApplication"})
 
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def _set(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> JsonPatch:
-    """JSON-patch ops that set obj[path] = value, creating missing parents."""
-    node: Any = obj
-    for i, step in enumerate(path[:-1]):
-        child = node.get(step) if isinstance(node, dict) else None
-        if not isinstance(child, dict):
-            nested: Any = value
-            for inner in reversed(path[i + 1 :]):
-                nested = {inner: nested}
-            return [
-                {"op": "add", "path": "/" + "/".join(map(_escape, path[: i + 1])), "value": nested}
-            ]
-        node = child
-    return [{"op": "add", "path": "/" + "/".join(map(_escape, path)), "value": value}]
+    """JSON-patch ops that set obj[path] = value, creating missing parents (as the merge patch
+    {path: value} would: precondition.merge_ops)."""
+    nested: Any = value
+    for step in reversed(path):
+        nested = {step: nested}
+    return merge_ops(obj, nested)
 
 
 def _suspend_field(kind: str) -> tuple[str, ...] | None:
