@@ -210,7 +210,7 @@ def test_ungating_removes_only_our_gate_and_adds_the_pin() -> None:
     assert "schedulingGates" not in done["spec"] and "nodeSelector" not in done["spec"]
     assert done["metadata"]["labels"] == {PLACEMENT_LABEL: "unpinned"}
     try:  # another controller removed its gate meanwhile: refused, not put back
-        apply_patch(alone, ungate_ops("u", ("x", PLACEMENT_GATE), "n", False))
+        apply_patch(alone, ungate_ops("u", ("x", PLACEMENT_GATE), "n", False, True))
     except PatchFailed:
         pass
     else:

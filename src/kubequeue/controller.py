@@ -171,7 +171,7 @@ class Controller:
                 PodHandler(
                     self.cache,
                     self.tracker,
-                    pod_owner_finder(self.adapters),
+                    self._owner_of,
                     metrics.PODS_UNPINNED_CREATED.inc if s.pin_placement else None,
                     self.pins,
                 ),
@@ -183,7 +183,7 @@ class Controller:
                 "unbound-pods",
                 "/api/v1/pods",
                 struct_codec(Pod, lambda p: p.metadata.uid),
-                UnboundPodHandler(self.pins, pod_owner_finder(self.adapters), self.pinner.wake),
+                UnboundPodHandler(self.pins, self._owner_of, self.pinner.wake),
                 field_selector=UNBOUND_POD_FIELD_SELECTOR,
                 label_selector=PLACEMENT_LABEL,
                 watch_timeout=s.watch_timeout,

@@ -52,7 +52,7 @@ from kubequeue.capacity.topology import request_of
 from kubequeue.identity import JobKey
 from kubequeue.kinds.common import spec_hash
 from kubequeue.kube import writer
-from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError
+from kubequeue.kube.client import ApiError, KubeClient, KubeError, TransportError, backoff
 from kubequeue.kube.events import EventRecorder, InvolvedObject
 from kubequeue.kube.pods import list_pods
 from kubequeue.labels import GAVE_UP, PREEMPTED_BY, REQUEUED_AT, REQUEUES, STOPPED
@@ -398,9 +398,7 @@ class AdmissionLoop:
         self.wake()
 
     async def _backoff(self, failures: int) -> None:
-        """Exponential, capped, jittered: a flapping server is not hammered in lockstep."""
-        delay = min(self.max_retry_delay, self.retry_delay * 2 ** min(failures - 1, 10))
-        await anyio.sleep(delay * random.uniform(0.5, 1.0))
+        await backoff(failures, self.retry_delay, self.max_retry_delay)
 
     async def _follow_up(self, key: JobKey, limiter: anyio.CapacityLimiter) -> None:
         """One post-admission write (e.g. resume Argo's kube-queue-suspend step), guarded by the

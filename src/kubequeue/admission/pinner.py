@@ -14,13 +14,11 @@ still carries our gate, it comes back here.
 
 from __future__ import annotations
 
-import random
-
 import anyio
 import structlog
 
 from kubequeue.capacity.pins import Pin, Pins
-from kubequeue.kube.client import ApiError, KubeClient, KubeError
+from kubequeue.kube.client import ApiError, KubeClient, KubeError, backoff
 from kubequeue.kube.pods import ungate
 from kubequeue.observability import metrics
 
@@ -116,8 +114,7 @@ class Pinner:
                     error=str(exc),
                     attempt=failures,
                 )
-                delay = min(self.max_retry_delay, self.retry_delay * 2 ** min(failures - 1, 10))
-                await anyio.sleep(delay * random.uniform(0.5, 1.0))
+                await backoff(failures, self.retry_delay, self.max_retry_delay)
                 continue
             self.pins.written(pod.uid)
             metrics.PODS_UNGATED.labels(decision.outcome).inc()

@@ -88,17 +88,14 @@ def place_together(
     if request is None:
         placed = place(pod_sets, cache)
         return Placed(placed, None, None) if placed is not None else None
-    used: dict[str, int] = {}
-    for ps in pod_sets:
-        for res in (GPU, "cpu"):
-            used[res] = used.get(res, 0) + ps.request.get(res, 0) * ps.count
+    need_gpu = sum(ps.request.get(GPU, 0) * ps.count for ps in pod_sets)
+    need_cpu = sum(ps.request.get("cpu", 0) * ps.count for ps in pod_sets)
     for level in _levels(request, declared):
         if level is None:
             placed = place(pod_sets, cache)
             return Placed(placed, None, None) if placed is not None else None
         # Tightest first: the first domain that holds the gang is the best one, but for ties
         # (the same room left), among which fewer nodes and then the name decide.
-        need_gpu, need_cpu = used.get(GPU, 0), used.get("cpu", 0)
         candidates = sorted(
             ((gpu - need_gpu, cpu - need_cpu), domain)
             for domain, (gpu, cpu) in cache.domain_free(level).items()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio.sslproto
 import base64
 import ipaddress
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -53,6 +54,7 @@ __all__ = [
     "Pool",
     "PoolLimits",
     "TransportError",
+    "backoff",
     "connect",
     "environment_proxy",
     "open_client",
@@ -158,6 +160,13 @@ def _error(status: int, body: bytes, path: str) -> ApiError:
         return ApiError(status, st.reason or str(status), st.message or body[:200].decode(), path)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return ApiError(status, str(status), body[:200].decode(errors="replace"), path)
+
+
+async def backoff(failures: int, base: float, cap: float) -> None:
+    """Before retrying a request that failed ``failures`` times: exponential from ``base``,
+    capped at ``cap``, jittered, so a flapping server is not hammered in lockstep."""
+    delay = min(cap, base * 2 ** min(failures - 1, 10))
+    await anyio.sleep(delay * random.uniform(0.5, 1.0))
 
 
 class RateLimit:

@@ -39,7 +39,7 @@ def ungate_ops(
     gates: tuple[str, ...],
     host: str | None,
     has_selector: bool,
-    has_labels: bool = True,
+    has_labels: bool,
 ) -> JsonPatch:
     """Remove our gate (tested: the pod and its gates are as we saw them, so another
     controller's gate removed meanwhile is not put back) and, with ``host``, pin the pod to that
