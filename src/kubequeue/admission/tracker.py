@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 import structlog
@@ -807,33 +807,29 @@ def _can(adapter: JobAdapter, capability: Any) -> bool:
 
 # Identical patches (a kind's suspend patch is the same for every job of it) shared, not copied
 # once per running job.
-_PATCHES: dict[bytes, dict[str, Any]] = {}
+_T = TypeVar("_T")
+_SHARED: dict[bytes, Any] = {}
+
+
+def _interned(value: Any, make: Callable[[], _T]) -> _T:
+    """One object per distinct JSON value (kept for the first 2,048 such values)."""
+    key = msgspec.json.encode(value, order="sorted")
+    found = _SHARED.get(key)
+    if found is None:
+        found = make()
+        if len(_SHARED) < 2048:
+            _SHARED[key] = found
+    return cast(_T, found)
 
 
 def _shared(patch: dict[str, Any] | None) -> dict[str, Any] | None:
-    if patch is None:
-        return None
-    key = msgspec.json.encode(patch, order="sorted")
-    found = _PATCHES.get(key)
-    if found is None:
-        found = patch
-        if len(_PATCHES) < 1024:
-            _PATCHES[key] = found
-    return found
-
-
-# Identical JSON-patch ops likewise (a kind's admission change is one of a handful).
-_OPS: dict[bytes, tuple[Mapping[str, Any], ...]] = {}
+    return None if patch is None else _interned(patch, lambda: patch)
 
 
 def _shared_ops(ops: JsonPatch) -> tuple[Mapping[str, Any], ...]:
-    key = msgspec.json.encode(ops)
-    found = _OPS.get(key)
-    if found is None:
-        found = tuple(MappingProxyType(op) for op in ops)
-        if len(_OPS) < 1024:
-            _OPS[key] = found
-    return found
+    """Identical JSON-patch ops likewise (a kind's admission change is one of a handful), made
+    read-only: they are shared."""
+    return _interned(ops, lambda: tuple(MappingProxyType(op) for op in ops))
 
 
 def _with_job_topology(pod_sets: Sequence[PodSet], obj: Obj, key: JobKey) -> Sequence[PodSet]:
