@@ -50,7 +50,7 @@ async def test_a_gang_requiring_a_rack_lands_in_one_rack_not_in_scattered_room(
     GPUs free); r1: one node with 4 used, two whole (20 free). A 2 x 8 gang needing one rack
     fits only in r1, on its two whole nodes; a 3 x 8 gang fits in neither (39 GPUs free in
     total, but never 24 in one rack) and waits, saying why."""
-    async with pinning(kubectl, cluster, namespace, kube_queue):
+    async with pinning(kubectl, cluster, namespace, kube_queue) as kq:
         specs = [NodeSpec(f"{rack}-{i}", gpus=8, labels={RACK: rack})
                  for rack in ("r0", "r1") for i in range(3)]
         nodes = await fake_nodes.create(*specs)
@@ -86,6 +86,13 @@ async def test_a_gang_requiring_a_rack_lands_in_one_rack_not_in_scattered_room(
         [admitted] = [e for e in await events_for(kubectl, namespace, "gang")
                       if e["reason"] == "Admitted"]
         assert f"in {RACK}=r1 on" in admitted["message"], admitted["message"]
+        # The domain is recorded on the job by the admission write, and shown by
+        # `kube-queue status --admitted` with the nodes the gang runs on.
+        placed = (await get_job(kubectl, namespace, "gang"))["metadata"]["annotations"]
+        assert placed["kube-queue.io/topology-domain"] == f"{RACK}=r1", placed
+        [row] = [r for r in await kq.view("/debug/status?admitted=true") if r["name"] == "gang"]
+        assert row["domain"] == f"{RACK}=r1"
+        assert row["nodes"] == sorted([by_spec["r1-1"], by_spec["r1-2"]]), row
         assert is_suspended(await get_job(kubectl, namespace, "too-big"))
         [queued] = [e for e in await events_for(kubectl, namespace, "too-big")
                     if e["reason"] == "Queued"]

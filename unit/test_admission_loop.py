@@ -35,11 +35,13 @@ from kubequeue.labels import (
     REQUEUED_AT,
     REQUEUES,
     STOPPED,
+    TOPOLOGY_DOMAIN,
 )
 from kubequeue.observability import metrics
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.queueing.spec import parse_queue
 from kubequeue.resources import GPU
+from kubequeue.status import admitted_rows
 from unit import builders as b
 from unit.clock import wait_until
 from unit.fakes import FakeClient
@@ -772,3 +774,70 @@ async def test_the_requeued_event_names_the_timeout_of_the_jobs_queue() -> None:
     assert w.events.message("stuck", "Requeued").startswith(
         "its pods did not all start within 30s of admission"
     )
+
+
+# ----------------------------------------------------------------- the topology domain written
+RACK = "example.com/rack"
+ASKS_RACK = {"kube-queue.io/topology-required": RACK}
+
+
+def racked(w: World, *racks: tuple[str, str]) -> World:
+    """Add 4-GPU nodes (name, rack) to the world."""
+    for name, rack in racks:
+        w.cache.upsert_node(b.node(name, gpu=4, labels={RACK: rack}))
+    return w
+
+
+@pytest.mark.parametrize("mode", [None, "drop"])
+async def test_the_admission_records_the_domain_it_chose_on_the_job(mode: str | None) -> None:
+    """The domain the placement chose goes into the Admitted Event and, in the admission write
+    itself, onto the job as kube-queue.io/topology-domain; the tracker reads it back (status).
+    With the write's answer lost, the observation of the applied write settles it as usual."""
+    w = racked(World(gpus=0), ("r1-a", "r1"), ("r2-a", "r2"), ("r2-b", "r2"))
+    if mode is not None:
+        w.client.fail["PATCH"] = [mode]
+    async with running(w):
+        w.submit("gang", gpus=4, parallelism=2, annotations=ASKS_RACK)
+        await wait_until(lambda: w.running("gang"))
+        if mode == "drop":
+            w.see("gang")
+        await wait_until(lambda: "Admitted" in w.events.reasons("gang"))
+    assert annotations_of(w, "gang")[TOPOLOGY_DOMAIN] == f"{RACK}=r2"
+    assert w.events.message("gang", "Admitted").startswith(f"capacity reserved in {RACK}=r2 on ")
+    w.see("gang")
+    assert w.tracker.admitted[key("gang")].domain == f"{RACK}=r2"
+    [row] = admitted_rows(w.tracker)
+    assert (row["domain"], row["nodes"], row["nodes_text"]) == (
+        f"{RACK}=r2",
+        ["r2-a", "r2-b"],
+        "r2-a, r2-b",
+    )
+
+
+async def test_a_job_placed_in_no_domain_loses_a_domain_left_from_before() -> None:
+    """A user suspended a job kube-queue had admitted into a rack: its annotations stay. Its
+    next admission (the guard tested the stale domain at its value) removes it."""
+    w = racked(World(gpus=4), ("r1-a", "r1"))
+    stale = {ADMITTED_AT: "2026-01-01T00:00:00Z", TOPOLOGY_DOMAIN: f"{RACK}=r1"}
+    async with running(w):
+        w.submit("again", gpus=4, annotations=stale)
+        await wait_until(lambda: w.running("again"))
+    found = annotations_of(w, "again")
+    assert TOPOLOGY_DOMAIN not in found and found[ADMITTED_AT] != stale[ADMITTED_AT]
+
+
+async def test_a_preempted_job_no_longer_says_where_it_was_placed() -> None:
+    """The suspension that removes admitted-at removes the domain too."""
+    w = racked(World(gpus=0, preemption=PreemptionPolicy(lower_priority=True)), ("r1-a", "r1"))
+    w.tracker.set_priority_classes({"high": 1000}, 0)
+    async with running(w):
+        w.submit("low", annotations=ASKS_RACK)
+        await wait_until(lambda: w.running("low"))
+        assert annotations_of(w, "low")[TOPOLOGY_DOMAIN] == f"{RACK}=r1"
+        w.submit("urgent", created="2026-01-01T00:00:01Z", priority_class="high")
+        await wait_until(lambda: not w.running("low"))
+        w.see("low")
+        await wait_until(lambda: w.running("urgent"))
+    found = annotations_of(w, "low")
+    assert ADMITTED_AT not in found and TOPOLOGY_DOMAIN not in found
+    assert TOPOLOGY_DOMAIN not in annotations_of(w, "urgent")

@@ -19,6 +19,7 @@ from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import explain, place, place_counted
 from kubequeue.capacity.index import FreeIndex
 from kubequeue.capacity.reservations import Reservations
+from kubequeue.capacity.topology import place_job_in
 from kubequeue.demand import PodSet, pod_set_from_template
 from kubequeue.kinds.job import JobKind
 from kubequeue.kube.client import ApiError
@@ -120,7 +121,7 @@ def world(
     tracker.set_priority_classes({}, 0)
     cycle = AdmissionCycle(tracker, clock=lambda: 0.0, wall_clock=lambda: 0.0)
     if plain:  # the reference: every evaluated job runs the real fit
-        cycle._shortcuts.place = lambda job, cache: place(job.pod_sets, cache)  # type: ignore
+        cycle._shortcuts.place = lambda job, cache: place_job_in(job.pod_sets, cache)  # type: ignore
     return tracker, cycle
 
 

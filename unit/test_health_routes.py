@@ -72,3 +72,11 @@ def test_debug_address_forms() -> None:
     for bad in ("", "8081", ":8081", "localhost:", "localhost:0", "localhost:70000", "x:y"):
         with pytest.raises(ValueError, match="expected 'metrics', 'off' or HOST:PORT"):
             debug_listener(bad)
+
+
+async def test_the_status_view_lists_admitted_jobs_when_asked() -> None:
+    async with _serving(True, True) as url, aiohttp.ClientSession() as session:
+        async with session.get(url + "/debug/status?admitted=true") as resp:
+            assert await resp.json() == {"leader": True, "admitted": 0, "jobs": []}
+        async with session.get(url + "/debug/status") as resp:
+            assert (await resp.json())["queued"] == 0

@@ -121,3 +121,85 @@ async def test_the_plugin_says_when_the_leader_does_not_serve_the_views() -> Non
     async with serve(api.app) as url, client_for(url) as client:
         with pytest.raises(LeaderNotFound, match="does not serve /debug/status on port 8080"):
             await get_from_leader(client, "kq", "kube-queue", 8080, "/debug/status")
+
+
+# ----------------------------------------------------------------- topology in the views
+def test_waiting_jobs_say_what_they_ask_of_topology() -> None:
+    from kubequeue.admission.tracker import JobTracker
+    from kubequeue.capacity.cache import CapacityCache
+    from kubequeue.capacity.reservations import Reservations
+    from kubequeue.kinds.job import JobKind
+    from kubequeue.queueing.queue import JobQueue
+    from kubequeue.status import job_rows
+    from unit import builders as b
+
+    cache = CapacityCache()
+    tracker = JobTracker(cache, JobQueue(), Reservations(cache))
+    kind = JobKind()
+    tracker.register(kind)
+    rack = "example.com/rack"
+    tracker.observe(kind, b.job("plain", {"cpu": "1"}))
+    tracker.observe(
+        kind,
+        b.job(
+            "racked",
+            {"cpu": "1"},
+            created="2026-01-01T00:00:01Z",
+            annotations={"kube-queue.io/topology-required": rack},
+        ),
+    )
+    tracker.observe(
+        kind,
+        b.job(
+            "maybe",
+            {"cpu": "1"},
+            created="2026-01-01T00:00:02Z",
+            annotations={"kueue.x-k8s.io/podset-preferred-topology": rack},
+        ),
+    )
+    rows = {r["name"]: r["topology"] for r in job_rows(tracker)}
+    assert rows == {"plain": "-", "racked": f"{rack} (required)", "maybe": f"{rack} (preferred)"}
+    table = tables.job_table([{**JOB_ROW, "topology": f"{rack} (required)"}], wide=True)
+    header, line = table.splitlines()
+    assert header.split()[-2:] == ["TOPOLOGY", "WHY"]
+    assert f"{rack} (required)   queue team-a" in line
+    assert "TOPOLOGY" not in tables.job_table([JOB_ROW])
+
+
+ADMITTED_ROW = {
+    "queue": "team-a",
+    "kind": "Job",
+    "namespace": "ml",
+    "name": "train",
+    "priority": 0,
+    "demand": "16 GPU",
+    "domain": "example.com/rack=r1",
+    "nodes": ["n1", "n2", "n3", "n4", "n5"],
+    "nodes_text": "n1, n2 (+3 more)",
+}
+
+
+def test_admitted_jobs_show_their_domain_and_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    from kubequeue.status import nodes_text
+
+    assert [nodes_text(n) for n in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == [
+        "-",
+        "a",
+        "a, b",
+        "a, b (+1 more)",
+    ]
+    header, line = tables.admitted_table([ADMITTED_ROW]).splitlines()
+    assert header.split() == ["QUEUE", "KIND", "NAMESPACE", "NAME", "DOMAIN", "NODES"]
+    assert line.split()[:5] == ["team-a", "Job", "ml", "train", "example.com/rack=r1"]
+    assert line.endswith("n1, n2 (+3 more)")
+    assert tables.admitted_table([ADMITTED_ROW], wide=True).endswith("n1, n2, n3, n4, n5")
+    # The same option for kube-queue and the kubectl plugin: one query, one table.
+    for parser, argv in (
+        (cli._parser(), ["status", "--admitted"]),
+        (cli._plugin_parser(), ["status", "--admitted", "-n", "ml"]),
+    ):
+        args = parser.parse_args(argv)
+        path, query = cli._view_query(args)
+        assert path == "/debug/status" and ("admitted", "true") in query
+        assert cli._print_view(args, {"leader": True, "jobs": [ADMITTED_ROW]}) == 0
+        assert "example.com/rack=r1" in capsys.readouterr().out

@@ -245,6 +245,11 @@ def _view_commands(sub: Any, url: bool) -> None:
     status.add_argument("-n", "--namespace", help="only jobs in this namespace")
     status.add_argument("-o", "--output", choices=["wide", "json"], help="wide or json")
     status.add_argument("--limit", type=int, default=1000)
+    status.add_argument(
+        "--admitted",
+        action="store_true",
+        help="admitted jobs instead: their topology domain and the nodes they run on",
+    )
     queues = sub.add_parser("queues", help="every Queue: min / max / used / borrowed")
     queues.add_argument("-o", "--output", choices=["wide", "json"], help="wide or json")
     for parser in (status, queues):
@@ -262,6 +267,8 @@ def _view_query(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:
         query.append(("queue", args.queue))
     if args.namespace:
         query.append(("namespace", args.namespace))
+    if args.admitted:
+        query.append(("admitted", "true"))
     return "/debug/status", query
 
 
@@ -272,6 +279,8 @@ def _print_view(args: argparse.Namespace, data: dict[str, Any]) -> int:
         print(json.dumps(data, indent=2))
     elif args.command == "queues":
         print(tables.queue_table(data["queues"], wide=args.output == "wide"))
+    elif getattr(args, "admitted", False):
+        print(tables.admitted_table(data["jobs"], wide=args.output == "wide"))
     else:
         print(tables.job_table(data["jobs"], wide=args.output == "wide"))
     return 0

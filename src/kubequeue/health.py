@@ -1,5 +1,6 @@
 """HTTP endpoints for the kubelet, Prometheus and users: /healthz, /readyz, /metrics, and the
-queue views /debug/status (every waiting job: position in its queue, demand, why it waits),
+queue views /debug/status (every waiting job: position in its queue, demand, why it waits;
+with ``?admitted=true`` every admitted job instead: its topology domain and nodes),
 /debug/queues (every Queue: limits, usage, borrowing) and /debug/queue (the older flat list).
 
 /readyz turns green once every informer has listed (a standby replica is ready too: readiness
@@ -24,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.tracker import JobTracker
 from kubequeue.observability import metrics
-from kubequeue.status import job_rows, queue_rows
+from kubequeue.status import admitted_rows, job_rows, queue_rows
 
 __all__ = ["HealthServer", "queue_snapshot"]
 
@@ -117,13 +118,18 @@ class HealthServer:
             limit = max(1, min(int(request.query.get("limit", "1000")), 100_000))
         except ValueError:
             return web.json_response({"error": "limit must be an integer"}, status=400)
-        rows = job_rows(
-            self.tracker,
-            self.cycle,
-            queue=request.query.get("queue") or None,
-            namespace=request.query.get("namespace") or None,
-            limit=limit,
-        )
+        queue = request.query.get("queue") or None
+        namespace = request.query.get("namespace") or None
+        if request.query.get("admitted") in ("true", "1"):
+            admitted = admitted_rows(self.tracker, queue=queue, namespace=namespace, limit=limit)
+            return web.json_response(
+                {
+                    "leader": self.is_leader(),
+                    "admitted": len(self.tracker.admitted),
+                    "jobs": admitted,
+                }
+            )
+        rows = job_rows(self.tracker, self.cycle, queue=queue, namespace=namespace, limit=limit)
         return web.json_response(
             {"leader": self.is_leader(), "queued": len(self.tracker.queue), "jobs": rows}
         )

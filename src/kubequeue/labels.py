@@ -22,8 +22,10 @@ __all__ = [
     "REQUEUES",
     "STOPPED",
     "SUSPEND_ANNOTATION",
+    "TOPOLOGY_DOMAIN",
     "TOPOLOGY_PREFERRED",
     "TOPOLOGY_REQUIRED",
+    "TOPOLOGY_SCOPE",
 ]
 
 # Written by kube-queue on admission; its presence on a running job means "kube-queue admitted
@@ -75,3 +77,10 @@ TOPOLOGY_PREFERRED = (
     "kube-queue.io/topology-preferred",
     "kueue.x-k8s.io/podset-preferred-topology",
 )
+# Users put this on the job, "job", for the whole job in one domain when any of its pod sets asks
+# for a topology; by default ("pod-set") each pod set that asks gets a domain of its own.
+TOPOLOGY_SCOPE = "kube-queue.io/topology-scope"
+# Written on admission for a job placed in a topology domain: "<level>=<domain>" (one domain for
+# the job, or the one pod set that asked), "<pod set>=<level>=<domain>,..." for several; removed
+# by the admission of a job placed in none and by every suspension kube-queue makes.
+TOPOLOGY_DOMAIN = "kube-queue.io/topology-domain"

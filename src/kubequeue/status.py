@@ -1,5 +1,6 @@
 """What users see of the queue, as plain data: one row per waiting job (``kube-queue status``),
-one row per Queue (``kube-queue queues``), and the ``.status`` of each Queue object.
+one per admitted job (``kube-queue status --admitted``: where it runs), one row per Queue
+(``kube-queue queues``), and the ``.status`` of each Queue object.
 
 Built from the tracker's state on request (the HTTP endpoints, the Queue status writer); never on
 the admission path.
@@ -8,17 +9,27 @@ the admission path.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.tracker import JobTracker
+from kubequeue.demand import PodSet
 from kubequeue.quantity import format_milli
 from kubequeue.queueing.queue import QueuedJob
 from kubequeue.queueing.spec import BEST_EFFORT_FIFO, STRICT_FIFO
 from kubequeue.resources import GPU
 
-__all__ = ["IMPLICIT_QUEUE_NAME", "job_rows", "queue_rows", "queue_status", "why"]
+__all__ = [
+    "IMPLICIT_QUEUE_NAME",
+    "admitted_rows",
+    "job_rows",
+    "nodes_text",
+    "queue_rows",
+    "queue_status",
+    "topology_text",
+    "why",
+]
 
 # How the implicit queue (no Queue object) is shown.
 IMPLICIT_QUEUE_NAME = "default"
@@ -64,6 +75,70 @@ def why(job: QueuedJob, cycle: AdmissionCycle | None, head: QueuedJob | None) ->
     return job.wait_reason or "not evaluated yet"
 
 
+def topology_text(pod_sets: Sequence[PodSet]) -> str:
+    """What the job asks of topology: ``example.com/rack (required)`` when all its pod sets ask
+    the same, else per pod set that asks (``workers: example.com/rack (required), ps: ...``);
+    ``-`` when none asks."""
+    asking = [ps for ps in pod_sets if ps.topology is not None]
+    if not asking:
+        return "-"
+
+    def one(ps: PodSet) -> str:
+        t = ps.topology
+        assert t is not None
+        return f"{t.level} ({'required' if t.required else 'preferred'})"
+
+    asks = {one(ps) for ps in asking}
+    if len(asks) == 1 and len(asking) == len(pod_sets):
+        return asks.pop()
+    return ", ".join(f"{ps.name}: {one(ps)}" for ps in asking)
+
+
+def nodes_text(nodes: Sequence[str], shown: int = 2) -> str:
+    """``n1, n2 (+3 more)``; ``-`` for none."""
+    if not nodes:
+        return "-"
+    more = f" (+{len(nodes) - shown} more)" if len(nodes) > shown else ""
+    return ", ".join(nodes[:shown]) + more
+
+
+def admitted_rows(
+    tracker: JobTracker,
+    *,
+    queue: str | None = None,
+    namespace: str | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """Running jobs kube-queue admitted, by queue and name: the topology domain(s) their
+    admission recorded and the nodes they hold or run on (bound pods and room held for the
+    rest)."""
+    rows: list[dict[str, Any]] = []
+    for job in sorted(tracker.admitted.values(), key=lambda j: (j.queue, j.key)):
+        shown_queue = job.queue or IMPLICIT_QUEUE_NAME
+        if queue is not None and shown_queue != queue:
+            continue
+        kind, ns, name = job.key
+        if namespace is not None and ns != namespace:
+            continue
+        nodes = sorted(n for n in tracker.footprint(job.key) if n)
+        rows.append(
+            {
+                "queue": shown_queue,
+                "kind": kind,
+                "namespace": ns,
+                "name": name,
+                "priority": job.priority,
+                "demand": demand_text(job.demand),
+                "domain": job.domain or "-",
+                "nodes": nodes,
+                "nodes_text": nodes_text(nodes),
+            }
+        )
+        if len(rows) >= limit:
+            break
+    return rows
+
+
 def job_rows(
     tracker: JobTracker,
     cycle: AdmissionCycle | None = None,
@@ -103,6 +178,7 @@ def job_rows(
                     "demand": demand_text(job.demand),
                     "demand_raw": _quantities(job.demand),
                     "age_s": max(0, round(now - job.created_epoch)) if job.created else None,
+                    "topology": topology_text(job.pod_sets),
                     "why": why(job, cycle, shown_head),
                 }
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["age", "job_table", "queue_table", "render"]
+__all__ = ["admitted_table", "age", "job_table", "queue_table", "render"]
 
 
 def age(seconds: int | None) -> str:
@@ -32,7 +32,11 @@ def render(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def job_table(jobs: Sequence[Mapping[str, Any]], wide: bool = False, why_width: int = 100) -> str:
+    """Waiting jobs; ``wide`` adds what each asks of topology (before WHY, which stays last so
+    it is never padded)."""
     header = ["POSITION", "QUEUE", "JOB", "PRIORITY", "DEMAND", "AGE", "WHY"]
+    if wide:
+        header.insert(6, "TOPOLOGY")
     rows = []
     for j in jobs:
         why = str(j["why"])
@@ -43,17 +47,35 @@ def job_table(jobs: Sequence[Mapping[str, Any]], wide: bool = False, why_width: 
             if wide
             else str(j["demand"])
         )
-        rows.append(
-            [
-                str(j["position"]),
-                str(j["queue"]),
-                f"{j['kind']}/{j['namespace']}/{j['name']}",
-                str(j["priority"]),
-                demand,
-                age(j["age_s"]),
-                why,
-            ]
-        )
+        row = [
+            str(j["position"]),
+            str(j["queue"]),
+            f"{j['kind']}/{j['namespace']}/{j['name']}",
+            str(j["priority"]),
+            demand,
+            age(j["age_s"]),
+            why,
+        ]
+        if wide:
+            row.insert(6, str(j.get("topology", "-")))  # (a controller older than the column)
+        rows.append(row)
+    return render(header, rows)
+
+
+def admitted_table(jobs: Sequence[Mapping[str, Any]], wide: bool = False) -> str:
+    """Admitted jobs: where they run. ``wide`` lists every node instead of the first two."""
+    header = ["QUEUE", "KIND", "NAMESPACE", "NAME", "DOMAIN", "NODES"]
+    rows = [
+        [
+            str(j["queue"]),
+            str(j["kind"]),
+            str(j["namespace"]),
+            str(j["name"]),
+            str(j["domain"]),
+            (", ".join(j["nodes"]) or "-") if wide else str(j["nodes_text"]),
+        ]
+        for j in jobs
+    ]
     return render(header, rows)
 
 

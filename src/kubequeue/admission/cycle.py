@@ -46,7 +46,7 @@ from kubequeue.admission.walk import OneLine, Walk
 from kubequeue.capacity.binding import BindingGuard
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, without_amounts
-from kubequeue.capacity.topology import explain_together
+from kubequeue.capacity.topology import Chosen, Placement, explain_together
 from kubequeue.queueing.queue import QueuedJob
 from kubequeue.queueing.quota import QuotaLedger
 from kubequeue.queueing.spec import STRICT_FIFO
@@ -61,6 +61,9 @@ __all__ = ["Admission", "AdmissionCycle", "CycleResult"]
 class Admission:
     job: QueuedJob
     assignments: list[Assignment]
+    # The topology domains the placement chose (capacity/topology.py), as chosen: the Admitted
+    # Event and the job's kube-queue.io/topology-domain annotation say them.
+    domains: tuple[Chosen, ...] = ()
 
 
 @dataclass(slots=True)
@@ -323,12 +326,14 @@ class AdmissionCycle:
                     borrowing = bool(job.queue) and _borrows(ledger, job)
                     if guard is not None:
                         guard.holding()
-                    tracker.begin_admission(job, job.pod_sets, placed, borrowing)  # step 5
+                    tracker.begin_admission(  # step 5
+                        job, job.pod_sets, placed.assignments, borrowing, placed.domains
+                    )
                     if guard is not None:
                         guard.admitted(job.pod_sets)
                     if headroom is not None:
                         _spend(job.demand, headroom)
-                    result.admitted.append(Admission(job, placed))
+                    result.admitted.append(Admission(job, placed.assignments, placed.domains))
                     if walk is not None:
                         walk.admitted()
                     if parking is not None and walk is not None and job.queue:
@@ -661,6 +666,7 @@ class AdmissionCycle:
             plan.reason,
             self._clock(),
             borrowing,
+            plan.domains,
         )
         result.preemptions.append(plan)
         log.info(
@@ -683,7 +689,7 @@ class AdmissionCycle:
             job = state.job
             placement = tracker.reservations.assignments(job.key)
             tracker.finish_preemption(job.key)
-            result.admitted.append(Admission(job, placement))
+            result.admitted.append(Admission(job, placement, state.domains))
         now = self._clock()
         for key, state in list(tracker.preempting.items()):
             if now - state.started > self.preemption_timeout:
@@ -925,7 +931,7 @@ def _borrows(ledger: QuotaLedger, job: QueuedJob) -> bool:
 
 
 # A placement that is known to exist but was not computed (the job is not admitted this cycle).
-_FITS: list[Assignment] = []
+_FITS = Placement([])
 
 BINDING = (
     "pods admitted before it are not bound to nodes yet and room is tight: admitted now, the "

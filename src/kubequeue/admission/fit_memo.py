@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, place_counted
-from kubequeue.capacity.topology import place_job
+from kubequeue.capacity.fit import place_counted
+from kubequeue.capacity.topology import Placement, place_job_in
 from kubequeue.demand import PodSet
 from kubequeue.queueing.queue import QueuedJob
 
@@ -110,7 +110,7 @@ class FitShortcuts:
         job.shape = (job.pod_sets, shape)
         return shape
 
-    def place(self, job: QueuedJob, cache: CapacityCache) -> list[Assignment] | None:
+    def place(self, job: QueuedJob, cache: CapacityCache) -> Placement | None:
         if cache.freed_generation != self._gen or cache.nodes_generation != self._nodes_gen:
             self._sync(cache)  # capacity grew during the cycle
         pod_sets = job.pod_sets
@@ -132,12 +132,13 @@ class FitShortcuts:
             placed, fitted = place_counted(ps, cache)
             if placed is None:
                 self._now[shape] = fitted
-            elif fitted > self._fitting.get(shape, 0):
+                return None
+            if fitted > self._fitting.get(shape, 0):
                 self._fitting[shape] = fitted
-            return placed
+            return Placement(placed)
         if failed is not None and not self._helps(shape, job, failed[0], cache):
             return None
-        return place_job(pod_sets, cache)
+        return place_job_in(pod_sets, cache)
 
     def taken(self) -> None:
         """Capacity was taken in the cycle: fits found before may no longer hold."""

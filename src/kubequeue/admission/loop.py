@@ -48,7 +48,6 @@ from kubequeue.admission.notices import Notice
 from kubequeue.admission.preemption import Preemption
 from kubequeue.admission.requeue import Requeue, not_running, unschedulable
 from kubequeue.admission.tracker import AdmittedJob, JobTracker
-from kubequeue.capacity.topology import request_of
 from kubequeue.identity import JobKey
 from kubequeue.kinds.common import spec_hash
 from kubequeue.kube import writer
@@ -346,7 +345,7 @@ class AdmissionLoop:
             metrics.ADMISSION_WAIT.labels(info.name).observe(waited)
             metrics.QUEUE_ADMISSION_WAIT.labels(job.queue or IMPLICIT_QUEUE_NAME).observe(waited)
         placement = _placement_text(admission)
-        domain = self._domain_text(admission)
+        domain = _domain_text(admission)
         log.info(
             "job.admitted",
             job=f"{namespace}/{name}",
@@ -366,22 +365,6 @@ class AdmissionLoop:
                 f"capacity reserved {domain + ' ' if domain else ''}on {placement}",
             )
         )
-
-    def _domain_text(self, admission: Admission) -> str:
-        """``in <level>=<domain>`` for a job placed in one topology domain, else ""."""
-        asked = request_of(admission.job.pod_sets)
-        nodes = self.tracker.cache.nodes
-        values = (
-            {
-                nodes[a.node].labels.get(asked.level) if a.node in nodes else None
-                for a in admission.assignments
-            }
-            if asked is not None
-            else set()
-        )
-        if asked is None or len(values) != 1 or None in values:
-            return ""
-        return f"in {asked.level}={values.pop()}"
 
     def _report_settled(self, admission: Admission, admitted: bool) -> None:
         """Told by the tracker (from an observation) how an unknown outcome ended."""
@@ -767,6 +750,18 @@ def _preemption_kind(preemption: Preemption) -> str:
 def _transient(exc: ApiError) -> bool:
     """Server-side trouble worth another try (overload, unavailable, timed out)."""
     return exc.status in (429, 500, 502, 503, 504) or exc.maybe_applied
+
+
+def _domain_text(admission: Admission) -> str:
+    """``in <level>=<domain>`` for a job placed in one topology domain, ``with <pod set> in
+    <level>=<domain>, ...`` for pod sets placed each in its own, else "": the domains the
+    placement chose, carried by the admission."""
+    domains = admission.domains
+    if not domains:
+        return ""
+    if len(domains) == 1:
+        return f"in {domains[0].level}={domains[0].domain}"
+    return "with " + ", ".join(f"{d.pod_set} in {d.level}={d.domain}" for d in domains)
 
 
 def _placement_text(admission: Admission) -> str:

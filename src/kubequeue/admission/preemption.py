@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from kubequeue.admission.tracker import AdmittedJob, JobTracker
 from kubequeue.capacity.fit import Assignment
+from kubequeue.capacity.topology import Chosen
 from kubequeue.capacity.victims import Candidate, Choice, choose_victims
 from kubequeue.identity import JobKey
 from kubequeue.queueing.queue import QueuedJob
@@ -52,6 +53,7 @@ class Preemption:
     victims: list[AdmittedJob]
     placement: list[Assignment]
     reason: str
+    domains: tuple[Chosen, ...] = ()  # the topology domains of ``placement``
 
 
 # Nodes a reclaim tries candidates node by node on, at most (each try is one simulation pass).
@@ -202,7 +204,7 @@ def plan_preemption(
         reason = "preempting lower-priority jobs of its queue"
     else:
         reason = "reclaiming borrowed quota and preempting lower-priority jobs"
-    return Preemption(job, victims, choice.placement, reason)
+    return Preemption(job, victims, choice.placement, reason, choice.domains)
 
 
 def victim_keys(preemption: Preemption) -> list[JobKey]:

@@ -30,6 +30,7 @@ from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
+from kubequeue.capacity.topology import Chosen, domain_annotation
 from kubequeue.demand import DemandError, PodSet, topology_of, total_demand
 from kubequeue.identity import JobKey, PodOwner
 from kubequeue.kinds.common import annotations_of, dig, labels_of, spec_hash
@@ -43,6 +44,7 @@ from kubequeue.labels import (
     QUEUE_LABEL,
     REQUEUED_AT,
     REQUEUES,
+    TOPOLOGY_DOMAIN,
 )
 from kubequeue.observability import metrics
 from kubequeue.precondition import Guard, JsonPatch, guard_of, merge_ops
@@ -82,6 +84,9 @@ class AdmittedJob(msgspec.Struct, gc=False):
     preemption_patch: dict[str, Any] | None
     queue_label: str | None = None  # to find its queue if Queues appear after it was admitted
     requeues: int = 0  # times kube-queue already suspended it for pods that never started
+    # The topology domain(s) it was placed in, as its admission recorded them (the
+    # kube-queue.io/topology-domain annotation; None: none), for ``kube-queue status``.
+    domain: str | None = None
 
 
 @dataclass(slots=True)
@@ -93,6 +98,7 @@ class Preempting:
     started: float
     reason: str
     borrowing: bool = False
+    domains: tuple[Chosen, ...] = ()  # the topology domains of the capacity held
 
 
 class JobTracker:
@@ -225,6 +231,7 @@ class JobTracker:
         requeues = _requeues(obj)
         admitted_epoch = _epoch(str(annotations_of(obj).get(ADMITTED_AT, "")))
         self._note_deadline(key, queue, admitted_epoch)
+        domain = annotations_of(obj).get(TOPOLOGY_DOMAIN)
         self.admitted[key] = AdmittedJob(
             key=key,
             uid=str(meta.get("uid", "")),
@@ -236,6 +243,7 @@ class JobTracker:
             preemption_patch=patch,
             queue_label=named if isinstance(named, str) else None,
             requeues=requeues,
+            domain=domain[:1024] if isinstance(domain, str) and domain else None,
         )
 
     def ready_timeout(self, queue: str) -> float:
@@ -607,22 +615,34 @@ class JobTracker:
         pod_sets: Sequence[PodSet],
         placed: Sequence[Assignment],
         borrowing: bool = False,
+        domains: Sequence[Chosen] = (),
     ) -> None:
         self.reservations.hold(job.key, pod_sets, placed)
         self.queue.remove(job.key)
         self.inflight[job.key] = job
         if job.queue:
             self.ledger.charge(job.key, job.queue, job.demand)
-        self._annotate_admission(job, borrowing)
+        self._annotate_admission(job, borrowing, domains)
 
-    def _annotate_admission(self, job: QueuedJob, borrowing: bool) -> None:
+    def _annotate_admission(
+        self, job: QueuedJob, borrowing: bool, domains: Sequence[Chosen]
+    ) -> None:
+        """Recorded on the job with the admission itself, so they survive restarts: where its
+        usage counts and whether it is borrowed quota (what a reclaim may take back), and the
+        topology domain(s) it was placed in. Set afresh each time: a job whose write failed is
+        admitted again, perhaps into another queue or domain."""
+        if not job.queue and not domains:
+            if job.admission_annotations:
+                job.admission_annotations = {}
+            return
+        annotations: dict[str, str] = {}
         if job.queue:
-            # Recorded on the job with the admission itself: where its usage counts, and
-            # whether it is borrowed quota (what a reclaim may take back), survive restarts.
-            job.admission_annotations = {
-                QUEUE_ANNOTATION: job.queue,
-                BORROWING: "true" if borrowing else "false",
-            }
+            annotations[QUEUE_ANNOTATION] = job.queue
+            annotations[BORROWING] = "true" if borrowing else "false"
+        domain = domain_annotation(domains)
+        if domain is not None:
+            annotations[TOPOLOGY_DOMAIN] = domain
+        job.admission_annotations = annotations
 
     def admission_succeeded(self, key: JobKey, adapter: JobAdapter, obj: Obj) -> None:
         self.inflight.pop(key, None)
@@ -732,6 +752,7 @@ class JobTracker:
         reason: str,
         now: float,
         borrowing: bool = False,
+        domains: Sequence[Chosen] = (),
     ) -> None:
         """Hold the preemptor's capacity now (pinned: it stays on these nodes while the victims'
         pods leave, over-committing them until they are gone), and remember the victims."""
@@ -739,7 +760,9 @@ class JobTracker:
         self.queue.remove(job.key)
         if job.queue:
             self.ledger.charge(job.key, job.queue, job.demand)
-        self.preempting[job.key] = Preempting(job, list(victims), now, reason, borrowing)
+        self.preempting[job.key] = Preempting(
+            job, list(victims), now, reason, borrowing, tuple(domains)
+        )
         for victim in victims:
             self.victims[victim] = job.key
 
@@ -764,7 +787,7 @@ class JobTracker:
             if self.victims.get(victim) == key:
                 del self.victims[victim]
         self.inflight[key] = state.job
-        self._annotate_admission(state.job, state.borrowing)
+        self._annotate_admission(state.job, state.borrowing, state.domains)
 
     def _abandon_preemption(self, key: JobKey, why: str) -> None:
         state = self.preempting.pop(key, None)
@@ -895,5 +918,6 @@ def _same_demand(a: Sequence[PodSet], b: Sequence[PodSet]) -> bool:
         and x.count == y.count
         and x.request is y.request
         and x.constraints == y.constraints
+        and x.topology == y.topology
         for x, y in zip(a, b, strict=True)
     )

@@ -30,10 +30,14 @@ from kubequeue.resources import GPU
 from kubequeue.scheduling import NodeConstraints, TopologyRequest
 
 __all__ = [
+    "Chosen",
     "Placed",
+    "Placement",
     "confine",
+    "domain_annotation",
     "explain_together",
     "place_job",
+    "place_job_in",
     "place_together",
     "request_of",
 ]
@@ -44,6 +48,36 @@ class Placed:
     assignments: list[Assignment]
     level: str | None  # None: anywhere (a preferred topology that fit nowhere tighter)
     domain: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """The domain a placement put a gang in: ``pod_set``'s pods (None: the whole job's) all on
+    nodes whose label ``level`` is ``domain``. Carried to the admission (its Event, and the
+    ``kube-queue.io/topology-domain`` annotation) so nothing has to re-derive it from labels."""
+
+    pod_set: str | None
+    level: str
+    domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A job's placement and the domains it chose (none for a job without topology, or a
+    preferred one placed anywhere)."""
+
+    assignments: list[Assignment]
+    domains: tuple[Chosen, ...] = ()
+
+
+def domain_annotation(domains: Sequence[Chosen]) -> str | None:
+    """The ``kube-queue.io/topology-domain`` value: ``<level>=<domain>`` for one domain,
+    ``<pod set>=<level>=<domain>,...`` for several; None for none."""
+    if not domains:
+        return None
+    if len(domains) == 1:
+        return f"{domains[0].level}={domains[0].domain}"
+    return ",".join(f"{d.pod_set}={d.level}={d.domain}" for d in domains)
 
 
 def request_of(pod_sets: Sequence[PodSet]) -> TopologyRequest | None:
@@ -123,8 +157,21 @@ def place_job(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignme
     (a starved gang gets a domain held, not scattered nodes) all place with."""
     if all(ps.topology is None for ps in pod_sets):
         return place(pod_sets, cache)
-    found = place_together(pod_sets, cache, cache.topology_levels)
+    found = place_job_in(pod_sets, cache)
     return found.assignments if found is not None else None
+
+
+def place_job_in(pod_sets: Sequence[PodSet], cache: CapacityCache) -> Placement | None:
+    """``place_job``, with the domains chosen (for the admission to carry)."""
+    if all(ps.topology is None for ps in pod_sets):
+        placed = place(pod_sets, cache)
+        return Placement(placed) if placed is not None else None
+    found = place_together(pod_sets, cache, cache.topology_levels)
+    if found is None:
+        return None
+    if found.level is None or found.domain is None:
+        return Placement(found.assignments)
+    return Placement(found.assignments, (Chosen(None, found.level, found.domain),))
 
 
 def explain_together(

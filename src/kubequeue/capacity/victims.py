@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
-from kubequeue.capacity.topology import place_job
+from kubequeue.capacity.topology import Chosen, place_job, place_job_in
 from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
 from kubequeue.resources import Resources
@@ -50,6 +50,7 @@ class Choice:
     steps: int = 0  # placement simulations run (for logs and the benchmark)
     wait_only: bool = False  # it fits once the capacity already leaving is gone
     notes: list[str] = field(default_factory=list)
+    domains: tuple[Chosen, ...] = ()  # the topology domains of ``placement``
 
 
 def _give(scratch: CapacityCache, footprint: Footprint, sign: int) -> None:
@@ -78,10 +79,10 @@ def choose_victims(
     steps = 0
     if leaving:
         _give(scratch, dict(leaving), +1)
-    placed = place_job(pod_sets, scratch)
+    placed = place_job_in(pod_sets, scratch)
     steps += 1
     if placed is not None and allowed(()):
-        return Choice([], placed, steps, wait_only=True)
+        return Choice([], placed.assignments, steps, wait_only=True, domains=placed.domains)
     removed: list[Candidate] = []
     fits = False
     for candidate in candidates[:max_candidates]:
@@ -103,8 +104,8 @@ def choose_victims(
             removed = rest
         else:
             _give(scratch, candidate.footprint, +1)
-    placement = place_job(pod_sets, scratch)
+    placement = place_job_in(pod_sets, scratch)
     steps += 1
     if placement is None:  # cannot happen while the fit is monotone; never preempt on doubt
         return None
-    return Choice(removed, placement, steps)
+    return Choice(removed, placement.assignments, steps, domains=placement.domains)

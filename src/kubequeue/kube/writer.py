@@ -17,7 +17,7 @@ from typing import Any
 
 from kubequeue.identity import KindInfo
 from kubequeue.kube.client import ApiError, KubeClient
-from kubequeue.labels import ADMITTED_AT, PREEMPTED_BY
+from kubequeue.labels import ADMITTED_AT, PREEMPTED_BY, TOPOLOGY_DOMAIN
 from kubequeue.precondition import Guard, JsonPatch, annotation_ops, guard_tests
 
 __all__ = ["admission_annotations", "admission_ops", "admit", "mark", "read", "stop"]
@@ -38,10 +38,12 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
 
 def admission_annotations(extra: Mapping[str, str], now: str) -> dict[str, str | None]:
     """The annotations an admission writes: admitted-at, the kind-independent ``extra`` (the
-    queue it was admitted into), and ``preempted-by`` removed (None): a job admitted again is no
-    longer stopped for anyone, and a running job must not say it was preempted. In this very
-    write, so no moment exists where the job runs with the stale mark."""
-    return {ADMITTED_AT: now, PREEMPTED_BY: None, **extra}
+    queue it was admitted into, the topology domain it was placed in), and ``preempted-by``
+    removed (None): a job admitted again is no longer stopped for anyone, and a running job must
+    not say it was preempted. In this very write, so no moment exists where the job runs with
+    the stale mark. The same for a topology domain left from an earlier admission (a user
+    suspended the job): removed unless ``extra`` names this admission's."""
+    return {ADMITTED_AT: now, PREEMPTED_BY: None, TOPOLOGY_DOMAIN: None, **extra}
 
 
 def admission_ops(
@@ -78,15 +80,15 @@ async def stop(
     annotations: Mapping[str, str | None],
 ) -> dict[str, Any]:
     """Suspend a running job again (preemption, requeue): the kind's suspend patch plus our
-    annotations (a None value removes one: the job is no longer admitted), guarded by the
-    resourceVersion it was judged on."""
+    annotations (a None value removes one: the job is no longer admitted, nor placed in a
+    topology domain), guarded by the resourceVersion it was judged on."""
     body = _deep_merge({}, patch)
     body = _deep_merge(
         body,
         {
             "metadata": {
                 "resourceVersion": resource_version,
-                "annotations": {ADMITTED_AT: None, **annotations},
+                "annotations": {ADMITTED_AT: None, TOPOLOGY_DOMAIN: None, **annotations},
             }
         },
     )
