@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -196,3 +197,246 @@ def test_a_preferred_gang_falls_back_one_declared_level_at_a_time() -> None:
     # Undeclared: straight from the rack to anywhere.
     found = place_together(gang(3, 8, required=False), cache)
     assert found is not None and found.level is None
+
+
+# ----------------------------------------------------------------- pod sets with their own domains
+def pod_set(name: str, pods: int, gpus: int, asks: bool | None) -> PodSet:
+    """``asks``: None (anywhere), True (required rack), False (preferred rack)."""
+    topology = TopologyRequest(RACK, asks) if asks is not None else None
+    return PodSet(name, pods, {"cpu": 1000, GPU: gpus * 1000}, NodeConstraints(), topology)
+
+
+def packs(free: dict[str, int], pods: list[tuple[int, frozenset[str]]]) -> bool:
+    """Brute force: can every pod (GPUs, allowed nodes) go on a node with that much free?"""
+    if not pods:
+        return True
+    (gpus, allowed), rest = pods[0], pods[1:]
+    for node in sorted(allowed):
+        if free[node] >= gpus:
+            free[node] -= gpus
+            ok = packs(free, rest)
+            free[node] += gpus
+            if ok:
+                return True
+    return False
+
+
+def brute(cache: CapacityCache, sets: list[PodSet], *, one_rack: bool, empty: bool = False) -> bool:
+    """Whether the job fits with each required set in one rack of its own choosing (or, with
+    ``one_rack``, all of it in one rack); ``empty``: on allocatable."""
+    free = {
+        n: (s.allocatable if empty else s.free).get(GPU, 0) // 1000 for n, s in cache.nodes.items()
+    }
+    racks = sorted({r for s in cache.nodes.values() if (r := s.labels.get(RACK)) is not None})
+    in_rack = {
+        r: frozenset(n for n, s in cache.nodes.items() if s.labels.get(RACK) == r) for r in racks
+    }
+    anywhere = frozenset(cache.nodes)
+    asking = [ps for ps in sets if ps.topology is not None and ps.topology.required]
+    choices: list[list[str]] = [[r] * len(asking) for r in racks] if one_rack else [[]]
+    if not one_rack:
+        for _ in asking:
+            choices = [[*c, r] for c in choices for r in racks]
+    for choice in choices:
+        where = dict(zip([ps.name for ps in asking], choice, strict=True))
+        pods = []
+        for ps in sets:
+            allowed = in_rack[where[ps.name]] if ps.name in where else anywhere
+            if one_rack and racks:
+                allowed = in_rack[choice[0]]
+            pods += [(ps.request[GPU] // 1000, allowed)] * ps.count
+        if packs(dict(free), sorted(pods, key=lambda p: -p[0])):
+            return True
+    return False
+
+
+shape_st = st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4, 8]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nodes=st.lists(
+        st.tuples(st.integers(0, 8), st.sampled_from(["r0", "r1", "r2", None])),
+        min_size=1,
+        max_size=6,
+    ),
+    master=shape_st,
+    workers=shape_st,
+    master_asks=st.booleans(),
+)
+def test_pod_sets_with_their_own_domains_are_placed_soundly(
+    nodes: list[tuple[int, str | None]],
+    master: tuple[int, int],
+    workers: tuple[int, int],
+    master_asks: bool,
+) -> None:
+    """Master (anywhere, or a rack of its own) + workers (a rack): every placement keeps each
+    asking set's pods in one rack, within each node's free room; whenever one rack holds the
+    whole job (what job scope admits) it is placed; the reason is "" exactly when it is; and a
+    "never fits" is a proof (no placement even on empty nodes)."""
+    from kubequeue.capacity.topology import place_job_in
+
+    cache = cluster([(f"n{i}", free, rack) for i, (free, rack) in enumerate(nodes)])
+    sets = [
+        pod_set("master", *master, True if master_asks else None),
+        pod_set("workers", *workers, True),
+    ]
+    found = place_job_in(sets, cache)
+    if brute(cache, sets, one_rack=True):
+        assert found is not None, "one rack holds the whole job: job scope would admit it"
+    if found is None:
+        assert explain_together(sets, cache) != ""
+    else:
+        assert explain_together(sets, cache) == ""
+        assert brute(cache, sets, one_rack=False)
+        used = Counter[str]()
+        per_set: dict[str, set[str | None]] = {"master": set(), "workers": set()}
+        for a in found.assignments:
+            used[a.node] += a.count * a.request[GPU]
+            per_set[a.pod_set].add(cache.nodes[a.node].labels.get(RACK))
+        for node, gpus in used.items():
+            assert gpus <= cache.nodes[node].free.get(GPU, 0)
+        counts = Counter[str]()
+        for a in found.assignments:
+            counts[a.pod_set] += a.count
+        assert counts == {"master": master[0], "workers": workers[0]}
+        asking = ["master", "workers"] if master_asks else ["workers"]
+        recorded = {d.pod_set: d.domain for d in found.domains}
+        for name in asking:
+            [rack] = per_set[name]  # all of the set's pods in one rack
+            assert rack is not None
+            assert recorded.get(name, recorded.get(None)) == rack
+    never = explain_together(sets, cache, empty_cluster=True)
+    if never:
+        assert not brute(cache, sets, one_rack=False, empty=True), never
+
+
+def test_a_master_too_big_for_the_workers_rack_goes_elsewhere_unless_the_job_says_job() -> None:
+    """Rack r0 holds the two 8-GPU workers, not the 8-GPU master too: job scope refuses the
+    job (no rack holds 24 GPUs), pod-set scope puts the master on the unlabelled node."""
+    from kubequeue.capacity.topology import domain_annotation, place_job_in
+
+    cache = cluster([("a0", 8, "r0"), ("a1", 8, "r0"), ("x0", 8, None)])
+    sets = [pod_set("master", 1, 8, None), pod_set("workers", 2, 8, True)]
+    found = place_job_in(sets, cache)
+    assert found is not None
+    assert {a.node for a in found.assignments if a.pod_set == "master"} == {"x0"}
+    assert domain_annotation(found.domains) == f"{RACK}=r0"
+    whole = [replace(ps, topology=TopologyRequest(RACK, True, whole_job=True)) for ps in sets]
+    assert place_job_in(whole, cache) is None
+    assert explain_together(whole, cache) == (
+        f"needs all 3 pods in one {RACK}; no {RACK} domain can hold them"
+    )
+
+
+def test_each_set_requiring_a_rack_gets_its_own() -> None:
+    cache = cluster([("a0", 8, "r0"), ("a1", 8, "r0"), ("b0", 8, "r1")])
+    from kubequeue.capacity.topology import domain_annotation, place_job_in
+
+    found = place_job_in([pod_set("ps", 1, 8, True), pod_set("workers", 2, 8, True)], cache)
+    assert found is not None
+    assert domain_annotation(found.domains) == f"workers={RACK}=r0,ps={RACK}=r1"
+    # Told per pod set when one fits in no rack even alone.
+    sets = [pod_set("ps", 1, 8, True), pod_set("workers", 3, 8, True)]
+    assert place_job_in(sets, cache) is None
+    assert explain_together(sets, cache) == (
+        f"workers: needs 3 pods x 8 {GPU} in one {RACK}; the best domain (r0) has room for 2"
+    )
+
+
+def test_when_each_set_alone_fits_but_not_all_at_once_the_reason_says_so() -> None:
+    """Each of two 2 x 8-GPU sets fits in rack r0 alone, and all of it fits unconfined (x0 has
+    room), but not each set in a rack (r1 holds one 8-GPU pod)."""
+    from kubequeue.capacity.topology import place_job_in
+
+    cache = cluster([("a0", 8, "r0"), ("a1", 8, "r0"), ("b0", 8, "r1"), ("x0", 8, None)])
+    sets = [pod_set("a", 2, 8, True), pod_set("b", 2, 8, True)]
+    assert place_job_in(sets, cache) is None
+    assert explain_together(sets, cache) == (
+        f"each pod set fits on its own (a in one {RACK}, b in one {RACK}), but no placement "
+        "was found for all of them at once, each in a domain of its own or all in one"
+    )
+    assert explain_together(sets, cache, empty_cluster=True) == ""  # not a proof: not said
+
+
+def _kind_world(*nodes: tuple[str, str | None, int]):  # type: ignore[no-untyped-def]
+    from kubequeue.admission.cycle import AdmissionCycle
+    from kubequeue.admission.tracker import JobTracker
+    from kubequeue.capacity.reservations import Reservations
+    from kubequeue.kinds.pytorchjob import PyTorchJobKind
+    from kubequeue.queueing.queue import JobQueue
+
+    cache = CapacityCache()
+    for name, rack, gpus in nodes:
+        cache.upsert_node(b.node(name, gpu=gpus, labels={RACK: rack} if rack else {}))
+    tracker = JobTracker(cache, JobQueue(), Reservations(cache))
+    kind = PyTorchJobKind()
+    tracker.register(kind)
+    return tracker, AdmissionCycle(tracker), kind
+
+
+def pytorchjob(name: str, annotations: dict[str, str]) -> dict[str, object]:
+    """Master 1 x 8 GPUs anywhere, workers 2 x 8 GPUs asking for a rack on their template."""
+
+    def template(asks: dict[str, str]) -> dict[str, object]:
+        return {"metadata": {"annotations": asks}, "spec": b.pod_spec({"cpu": "1", GPU: "8"})}
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": annotations,
+        },
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template({})},
+                "Worker": {
+                    "replicas": 2,
+                    "template": template({"kube-queue.io/topology-required": RACK}),
+                },
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize("scope", [None, "pod-set", "job"])
+def test_the_scope_annotation_decides_through_the_cycle(scope: str | None) -> None:
+    tracker, cycle, kind = _kind_world(("a0", "r0", 8), ("a1", "r0", 8), ("x0", None, 8))
+    annotations = {"kube-queue.io/topology-scope": scope} if scope else {}
+    tracker.observe(kind, pytorchjob("pt", annotations))
+    queued = tracker.queue.get(("PyTorchJob", "default", "pt"))
+    assert queued is not None
+    from kubequeue.status import topology_text
+
+    assert topology_text(queued.pod_sets) == (
+        f"{RACK} (required), whole job" if scope == "job" else f"worker: {RACK} (required)"
+    )
+    admitted = cycle.run().admitted
+    if scope == "job":
+        assert admitted == []
+        cycle.explain_deferred()
+        job = tracker.queue.get(("PyTorchJob", "default", "pt"))
+        assert job is not None and f"in one {RACK}" in job.wait_reason
+        return
+    [admission] = admitted
+    assert {(a.pod_set, a.node) for a in admission.assignments} == {
+        ("master", "x0"),
+        ("worker", "a0"),
+        ("worker", "a1"),
+    }
+    assert admission.job.admission_annotations["kube-queue.io/topology-domain"] == f"{RACK}=r0"
+
+
+def test_a_bad_scope_is_a_verdict_on_the_job() -> None:
+    tracker, cycle, kind = _kind_world(("a0", "r0", 8))
+    tracker.observe(kind, pytorchjob("pt", {"kube-queue.io/topology-scope": "rack"}))
+    assert cycle.run().admitted == []
+    job = tracker.queue.get(("PyTorchJob", "default", "pt"))
+    assert job is not None and job.problem_reason == "InvalidTopology"
+    assert job.problem is not None and "must be job or pod-set" in job.problem

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from kubequeue import resources
-from kubequeue.labels import TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED
+from kubequeue.labels import TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED, TOPOLOGY_SCOPE
 from kubequeue.objects import Container, PodSpec, PodTemplateSpec
 from kubequeue.quantity import QuantityError, milli_value, parse_nano, unit_value
 from kubequeue.resources import PODS, Resources
@@ -39,6 +39,7 @@ __all__ = [
     "pod_request",
     "pod_set_from_template",
     "topology_of",
+    "topology_whole_job",
     "total_demand",
 ]
 
@@ -100,6 +101,26 @@ def topology_of(annotations: Mapping[str, Any], where: str) -> TopologyRequest |
             "InvalidTopology",
         )
     return TopologyRequest(level, required)
+
+
+# kube-queue.io/topology-scope values: the whole job in one domain, or each pod set that asks in
+# one of its own (the default).
+_SCOPES = {"job": True, "pod-set": False}
+
+
+def topology_whole_job(annotations: Mapping[str, Any], where: str) -> bool:
+    """Whether a job's topology is for the whole job at once (``kube-queue.io/topology-scope:
+    job``) rather than per pod set; DemandError (InvalidTopology) for another value."""
+    value = annotations.get(TOPOLOGY_SCOPE)
+    if value is None:
+        return False
+    whole = _SCOPES.get(value) if isinstance(value, str) else None
+    if whole is None:
+        raise DemandError(
+            f"{where}: annotation {TOPOLOGY_SCOPE} must be job or pod-set, not {str(value)[:80]!r}",
+            "InvalidTopology",
+        )
+    return whole
 
 
 def total_demand(pod_sets: Sequence[PodSet]) -> Resources:

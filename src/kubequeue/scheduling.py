@@ -98,10 +98,13 @@ class NodeConstraints:
 @dataclass(frozen=True, slots=True)
 class TopologyRequest:
     """A gang's pods together in one domain of a topology level (a node label such as a rack
-    or ``nvidia.com/gpu.clique``): ``required`` or else as few domains as possible."""
+    or ``nvidia.com/gpu.clique``): ``required`` or else as few domains as possible. The gang is
+    the pod set that asks, or with ``whole_job`` (the job's ``kube-queue.io/topology-scope:
+    job``) every pod of the job."""
 
     level: str
     required: bool
+    whole_job: bool = False
 
     def describe(self) -> str:
         return f"{'in one' if self.required else 'preferably in one'} {self.level}"

@@ -77,8 +77,9 @@ def why(job: QueuedJob, cycle: AdmissionCycle | None, head: QueuedJob | None) ->
 
 def topology_text(pod_sets: Sequence[PodSet]) -> str:
     """What the job asks of topology: ``example.com/rack (required)`` when all its pod sets ask
-    the same, else per pod set that asks (``workers: example.com/rack (required), ps: ...``);
-    ``-`` when none asks."""
+    the same (``, whole job`` when they go in one domain together: topology-scope job), else
+    per pod set that asks (``workers: example.com/rack (required), ps: ...``); ``-`` when none
+    asks."""
     asking = [ps for ps in pod_sets if ps.topology is not None]
     if not asking:
         return "-"
@@ -90,7 +91,8 @@ def topology_text(pod_sets: Sequence[PodSet]) -> str:
 
     asks = {one(ps) for ps in asking}
     if len(asks) == 1 and len(asking) == len(pod_sets):
-        return asks.pop()
+        whole = len(pod_sets) > 1 and any(t.whole_job for ps in asking if (t := ps.topology))
+        return asks.pop() + (", whole job" if whole else "")
     return ", ".join(f"{ps.name}: {one(ps)}" for ps in asking)
 
 

@@ -30,8 +30,8 @@ from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
-from kubequeue.capacity.topology import Chosen, domain_annotation
-from kubequeue.demand import DemandError, PodSet, topology_of, total_demand
+from kubequeue.capacity.topology import Chosen, domain_annotation, request_of
+from kubequeue.demand import DemandError, PodSet, topology_of, topology_whole_job, total_demand
 from kubequeue.identity import JobKey, PodOwner
 from kubequeue.kinds.common import annotations_of, dig, labels_of, spec_hash
 from kubequeue.kinds.protocol import FollowsUp, HasPodAliases, JobAdapter, Obj, Preemptible
@@ -857,11 +857,21 @@ def _shared_ops(ops: JsonPatch) -> tuple[Mapping[str, Any], ...]:
 
 def _with_job_topology(pod_sets: Sequence[PodSet], obj: Obj, key: JobKey) -> Sequence[PodSet]:
     """A topology asked for on the job itself applies to every pod set (one on a pod template,
-    read by the adapter, to its own); DemandError for a malformed one."""
-    asked = topology_of(annotations_of(obj), f"{key[0]} {key[1]}/{key[2]}")
-    if asked is None:
-        return pod_sets
-    return [dataclasses.replace(ps, topology=asked) for ps in pod_sets]
+    read by the adapter, to its own); with ``kube-queue.io/topology-scope: job`` the job's
+    topology (capacity/topology.py ``request_of``) is every pod set's, marked ``whole_job``:
+    all of the job in one domain. DemandError for a malformed one."""
+    annotations = annotations_of(obj)
+    where = f"{key[0]} {key[1]}/{key[2]}"
+    asked = topology_of(annotations, where)
+    whole = topology_whole_job(annotations, where)
+    if asked is not None:
+        pod_sets = [dataclasses.replace(ps, topology=asked) for ps in pod_sets]
+    if whole and len(pod_sets) > 1:  # (one pod set: the same thing already)
+        request = request_of(pod_sets)
+        if request is not None:
+            together = dataclasses.replace(request, whole_job=True)
+            pod_sets = [dataclasses.replace(ps, topology=together) for ps in pod_sets]
+    return pod_sets
 
 
 def _unreadable(adapter: JobAdapter, key: JobKey, what: str, exc: Exception) -> str:

@@ -2,9 +2,10 @@
 
 A topology level is a node label (``topology.kubernetes.io/zone``, a rack label,
 ``nvidia.com/gpu.clique``); a domain is one value of it, i.e. the schedulable nodes carrying that
-value. A job asks for its pods together in one domain of a level (demand.py: ``topology_of``,
-on the job or a pod template): *required*, or *preferred* (the level's domains first, then each
-coarser level's the admin declared with ``--topology-levels``, then anywhere).
+value. A pod set asks for its pods together in one domain of a level (demand.py: ``topology_of``,
+on the job for every pod set, or on a pod template for its own): *required*, or *preferred* (the
+level's domains first, then each coarser level's the admin declared with ``--topology-levels``,
+then anywhere).
 
 Choosing the domain: every domain where the whole gang fits (the same per-node fit as any job,
 confined to the domain's nodes by one more nodeSelector term), and among them the one it fills
@@ -13,9 +14,15 @@ big gangs. Ties go to the placement on fewer nodes (less fragmented), then to th
 so the choice is deterministic. Within the domain the fit is the usual one, and pinning
 (capacity/pins.py) makes it true: each pod's nodeSelector names its node.
 
-This version places the whole job in one domain whenever any of its pod sets asks (the job
-scope; a pod set's own domain for each set is not done yet, and the whole-job domain satisfies
-it, so it is sound, only stricter).
+The gang is the pod set that asks (the default *pod-set scope*): each pod set that asks gets a
+domain of its own, maybe not its siblings'. With the job's ``kube-queue.io/topology-scope: job``
+every pod set carries the job's request marked ``whole_job``, and the whole job goes in one
+domain (``place_together``). For several pod sets with domains of their own (``_place_each``)
+the sets that ask are placed one after another, biggest first, each in its best domain given the
+room the earlier ones took, and the sets that do not ask last, anywhere. That greedy pass is not
+exhaustive, so when it fails the whole job in one domain is tried before the answer is no (one
+domain for all satisfies every set's request of that level): a job whose sets require one level
+(or only prefer) is admitted in pod-set scope whenever it would be in job scope.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, explain, place, place_counted
 from kubequeue.demand import PodSet
@@ -116,8 +124,8 @@ def _levels(request: TopologyRequest, declared: Sequence[str]) -> list[str | Non
 def place_together(
     pod_sets: Sequence[PodSet], cache: CapacityCache, declared: Sequence[str] = ()
 ) -> Placed | None:
-    """The placement in the best domain (module docstring), or None if the gang fits in no
-    domain of a required level."""
+    """The placement of all of ``pod_sets`` in the best domain (module docstring), or None if
+    they fit in no domain of a required level (the job's topology: ``request_of``)."""
     request = request_of(pod_sets)
     if request is None:
         placed = place(pod_sets, cache)
@@ -166,7 +174,12 @@ def place_job_in(pod_sets: Sequence[PodSet], cache: CapacityCache) -> Placement 
     if all(ps.topology is None for ps in pod_sets):
         placed = place(pod_sets, cache)
         return Placement(placed) if placed is not None else None
-    found = place_together(pod_sets, cache, cache.topology_levels)
+    if _per_set(pod_sets):
+        return _place_each(pod_sets, cache, cache.topology_levels)
+    return _whole(place_together(pod_sets, cache, cache.topology_levels))
+
+
+def _whole(found: Placed | None) -> Placement | None:
     if found is None:
         return None
     if found.level is None or found.domain is None:
@@ -174,11 +187,82 @@ def place_job_in(pod_sets: Sequence[PodSet], cache: CapacityCache) -> Placement 
     return Placement(found.assignments, (Chosen(None, found.level, found.domain),))
 
 
+def _per_set(pod_sets: Sequence[PodSet]) -> bool:
+    """Whether the job's pod sets ask for domains of their own (pod-set scope, more than one
+    pod set), rather than the whole job for one."""
+    return len(pod_sets) > 1 and not any(
+        ps.topology is not None and ps.topology.whole_job for ps in pod_sets
+    )
+
+
+def _asking(pod_sets: Sequence[PodSet]) -> list[PodSet]:
+    """The pod sets that ask for a domain, in the order they are placed: required first, then
+    the biggest (GPUs, then CPU, in total), then by name."""
+
+    def order(ps: PodSet) -> tuple[bool, int, int, str]:
+        t = ps.topology
+        assert t is not None
+        gpu = ps.request.get(GPU, 0) * ps.count
+        return (not t.required, -gpu, -ps.request.get("cpu", 0) * ps.count, ps.name)
+
+    return sorted((ps for ps in pod_sets if ps.topology is not None and ps.count > 0), key=order)
+
+
+def _place_each(
+    pod_sets: Sequence[PodSet], cache: CapacityCache, declared: Sequence[str]
+) -> Placement | None:
+    """Each pod set that asks in a domain of its own (module docstring), else the whole job in
+    one domain, else None."""
+    asking = _asking(pod_sets)
+    rest = [ps for ps in pod_sets if ps.topology is None]
+    feasible: set[str] = set()
+    for ps in pod_sets:
+        feasible |= cache.feasible(ps.constraints)
+    scratch = cache.scratch(feasible)  # the room the sets placed so far took, charged
+    out: list[Assignment] = []
+    chosen: list[Chosen] = []
+    for ps in asking:
+        found = place_together([ps], scratch, declared)
+        if found is None:
+            return _one_domain(pod_sets, cache, declared)
+        for a in found.assignments:
+            taken: dict[str, int] = {}
+            resources.add_into(taken, a.request, a.count)
+            scratch.adjust_free(a.node, taken, -1)
+        out += found.assignments
+        if found.level is not None and found.domain is not None:
+            chosen.append(Chosen(ps.name, found.level, found.domain))
+    if rest:
+        placed = place(rest, scratch)
+        if placed is None:
+            return _one_domain(pod_sets, cache, declared)
+        out += placed
+    return Placement(out, tuple(chosen))
+
+
+def _one_domain(
+    pod_sets: Sequence[PodSet], cache: CapacityCache, declared: Sequence[str]
+) -> Placement | None:
+    """The whole job in one domain of the level its pod sets require (of the first that asks,
+    if none requires one), which satisfies every set's request; None if sets require different
+    levels (one domain of one level need not be one domain of the other)."""
+    request = request_of(pod_sets)
+    if request is None or any(
+        ps.topology is not None and ps.topology.required and ps.topology.level != request.level
+        for ps in pod_sets
+    ):
+        return None
+    return _whole(place_together(pod_sets, cache, declared))
+
+
 def explain_together(
     pod_sets: Sequence[PodSet], cache: CapacityCache, *, empty_cluster: bool = False
 ) -> str:
     """Why the gang fits in no domain of its required level (``""`` if it does somewhere,
-    or asks for no required topology)."""
+    or asks for no required topology); for pod sets with domains of their own, the first pod
+    set that fits in none even alone, else why they do not fit all at once."""
+    if _per_set(pod_sets) and any(ps.topology is not None for ps in pod_sets):
+        return _explain_each(pod_sets, cache, empty_cluster)
     request = request_of(pod_sets)
     if request is None or not request.required:
         return explain(pod_sets, cache, empty_cluster=empty_cluster)
@@ -210,6 +294,35 @@ def explain_together(
         )
     where = "even on an empty cluster, " if empty_cluster else ""
     return f"needs {shape} in one {level}; {where}no {level} domain can hold them"
+
+
+def _explain_each(pod_sets: Sequence[PodSet], cache: CapacityCache, empty_cluster: bool) -> str:
+    """``explain_together`` for pod sets with domains of their own. Each set alone first (exact,
+    like a one-set job's reasons), then the sets without topology alone; with
+    ``empty_cluster`` then only what is proven (all of it fits nowhere even unconfined: a
+    "never fits" must be a proof), otherwise, if the placement fails, that it does."""
+    asking = _asking(pod_sets)
+    for ps in asking:
+        why = explain_together([ps], cache, empty_cluster=empty_cluster)
+        if why:
+            return f"{ps.name}: {why}"
+    rest = [ps for ps in pod_sets if ps.topology is None]
+    if rest:
+        why = explain(rest, cache, empty_cluster=empty_cluster)
+        if why:
+            return why if len(rest) > 1 else f"{rest[0].name}: {why}"
+    if empty_cluster:
+        return explain(pod_sets, cache, empty_cluster=True)
+    if place_job_in(pod_sets, cache) is not None:
+        return ""
+    why = explain(pod_sets, cache)
+    if why:
+        return why
+    asks = ", ".join(f"{ps.name} {ps.topology.describe()}" for ps in asking if ps.topology)
+    return (
+        f"each pod set fits on its own ({asks}), but no placement was found for all of them at "
+        "once, each in a domain of its own or all in one"
+    )
 
 
 def _size(ps: PodSet) -> str:
