@@ -321,3 +321,26 @@ def test_when_a_pod_binds_with_room_to_spare_the_hold_beside_it_is_the_one_dropp
                        (JOB, None))
     w.reservations.reconcile(JOB)
     assert w.reservations.placed(JOB) == [("b", request(1), 1)]
+
+
+def test_a_stale_unbound_event_of_a_bound_pod_does_not_take_a_siblings_slot() -> None:
+    """Two watches: the bound pod's event can come before the unbound watch's older one. That
+    stale event used to take over a sibling's slot pinned at creation (and uncount it), so the
+    node looked free and a fifth 2-GPU pod was pinned onto an 8-GPU node holding four (the
+    topology benchmark: an admitted gang pod left Unschedulable)."""
+    w = World(("a", 2), ("b", 1))
+    w.hold(JOB, 3)
+    w.reservations.bound_pods = lambda job: w.cache.bound_pods(job)
+    assert w.pins.pin_at_creation(unbound_pod("x", gated=False), (JOB, None)) == "host-a"
+    assert w.pins.pin_at_creation(unbound_pod("y", gated=False), (JOB, None)) == "host-a"
+    # x binds (the bound watch: pins first, then the cache, then the reservation shrinks) ...
+    x = unbound_pod("x", gated=False, host="host-a")
+    w.pins.bound(x, (JOB, None))
+    w.cache.upsert_pod(
+        b.pod("x", "a", {"cpu": "1", GPU: "1"}, owner_job="train", uid="x"), (JOB, None)
+    )
+    w.reservations.reconcile(JOB)
+    # ... then the unbound watch delivers x's older, unbound event.
+    assert not w.pins.upsert(x, (JOB, None))
+    assert w.pins.pinned_on(JOB, "main") == {"host-a": 1}, "y still holds a's second slot"
+    assert w.pins.pin_at_creation(unbound_pod("z", gated=False), (JOB, None)) == "host-b"

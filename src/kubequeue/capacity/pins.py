@@ -269,11 +269,12 @@ class Pins:
         if uid in self._extra or self._unbound.get(uid) == (job, host, key):
             return  # counted already (a replanned pod keeps its own room, not a slot)
         self._uncount(uid)
-        taken_over = self._take_provisional(job, host, key)
         if self._cache.is_bound(uid):
-            if taken_over:
-                self._decrement(job, host, key)
-            return  # bound already: the reservation counts it now
+            # An event older than the bind (the two watches are not ordered between them):
+            # bound() has settled this pod's slot pinned at creation already, and a provisional
+            # one left for (job, host) is a sibling's, not to be taken.
+            return
+        taken_over = self._take_provisional(job, host, key)
         self._unbound[uid] = (job, host, key)
         if not taken_over:
             self._per_job.setdefault(job, Counter())[(host, key)] += 1
