@@ -440,3 +440,40 @@ def test_a_bad_scope_is_a_verdict_on_the_job() -> None:
     job = tracker.queue.get(("PyTorchJob", "default", "pt"))
     assert job is not None and job.problem_reason == "InvalidTopology"
     assert job.problem is not None and "must be job or pod-set" in job.problem
+
+
+def test_an_admitted_gangs_missing_pods_are_held_in_the_domain_its_admission_recorded() -> None:
+    """After a restart, or when a pod of a running gang is replaced, the pods it misses are
+    held again; they are held in the domain its admission recorded (the
+    kube-queue.io/topology-domain annotation), so the replacement is pinned beside its
+    siblings, not wherever room is. A forged or stale value naming no domain is ignored."""
+    from kubequeue.labels import ADMITTED_AT, TOPOLOGY_DOMAIN
+    from unit.simcluster import JOB, gpu_job, make
+
+    rack = "example.com/rack"
+    tracker, _ = make(
+        [],
+        b.node("r0-a", gpu=4, labels={rack: "r0"}),
+        b.node("r1-a", gpu=8, labels={rack: "r1"}),
+        b.node("r1-b", gpu=8, labels={rack: "r1"}),
+    )
+
+    def observe(domain: str | None) -> list[str]:
+        obj = gpu_job("gang", "default", 2, 0, parallelism=2)
+        obj["spec"]["suspend"] = False
+        annotations = {ADMITTED_AT: "now"}
+        if domain is not None:
+            annotations[TOPOLOGY_DOMAIN] = domain
+        obj["metadata"]["annotations"] = annotations
+        tracker.reservations.release(("Job", "default", "gang"))
+        tracker.observe(JOB, obj)
+        return sorted(
+            node for node, _, _ in tracker.reservations.placed(("Job", "default", "gang"))
+        )
+
+    assert observe(None) == ["r0-a"], "unconfined, the tightest node takes both"
+    assert set(observe(f"{rack}=r1")) <= {"r1-a", "r1-b"}
+    assert set(observe(f"main={rack}=r1")) <= {"r1-a", "r1-b"}
+    assert observe(f"other={rack}=r1") == ["r0-a"], "another pod set's domain"
+    for forged in ("r1", f"{rack}=", "=r1", f"{rack}=r1=x=y", f"{rack}=no-such-rack,,", "x" * 5000):
+        assert observe(forged) == ["r0-a"], forged

@@ -30,7 +30,13 @@ from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment
 from kubequeue.capacity.reservations import Reservations
-from kubequeue.capacity.topology import Chosen, domain_annotation, request_of
+from kubequeue.capacity.topology import (
+    Chosen,
+    domain_annotation,
+    recorded_domains,
+    request_of,
+    within_recorded,
+)
 from kubequeue.demand import DemandError, PodSet, topology_of, topology_whole_job, total_demand
 from kubequeue.identity import JobKey, PodOwner
 from kubequeue.kinds.common import annotations_of, dig, labels_of, spec_hash
@@ -198,7 +204,8 @@ class JobTracker:
             except Exception as exc:
                 _unreadable(adapter, key, "resource demand", exc)
                 return
-            self.reservations.track(key, pod_sets)
+            recorded = recorded_domains(annotations_of(obj).get(TOPOLOGY_DOMAIN))
+            self.reservations.track(key, within_recorded(pod_sets, recorded, self.cache))
             queue = self._admitted_queue(obj)
             demand = total_demand(pod_sets)
             self.ledger.charge(key, queue, demand)

@@ -34,8 +34,9 @@ from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, explain, place, place_counted
 from kubequeue.demand import PodSet
+
 from kubequeue.resources import GPU
-from kubequeue.scheduling import NodeConstraints, TopologyRequest
+from kubequeue.scheduling import NodeConstraints, TopologyRequest, is_label_key
 
 __all__ = [
     "Chosen",
@@ -47,7 +48,9 @@ __all__ = [
     "place_job",
     "place_job_in",
     "place_together",
+    "recorded_domains",
     "request_of",
+    "within_recorded",
 ]
 
 
@@ -86,6 +89,46 @@ def domain_annotation(domains: Sequence[Chosen]) -> str | None:
     if len(domains) == 1:
         return f"{domains[0].level}={domains[0].domain}"
     return ",".join(f"{d.pod_set}={d.level}={d.domain}" for d in domains)
+
+
+def recorded_domains(value: object) -> tuple[Chosen, ...]:
+    """``domain_annotation`` read back from an admitted job (the edge: the value is the job's,
+    anyone with write access may have edited it): entries that are not ``<level>=<domain>`` or
+    ``<pod set>=<level>=<domain>`` with a label key and a non-empty value are skipped."""
+    if not isinstance(value, str) or len(value) > 4096:
+        return ()
+    out = []
+    for entry in value.split(","):
+        parts = entry.split("=")
+        if len(parts) == 2:
+            pod_set, (level, domain) = None, parts
+        elif len(parts) == 3:
+            pod_set, level, domain = parts
+        else:
+            continue
+        if is_label_key(level) and domain and len(domain) <= 63 and pod_set != "":
+            out.append(Chosen(pod_set, level, domain))
+    return tuple(out)
+
+
+def within_recorded(
+    pod_sets: Sequence[PodSet], domains: Sequence[Chosen], cache: CapacityCache
+) -> Sequence[PodSet]:
+    """An admitted job's pod sets confined to the domains its admission recorded, so that
+    the pods it misses (after a restart, or a replacement of a failed pod) are held, and then
+    pinned, beside their siblings rather than wherever room is. A domain no schedulable node
+    has any more (or never had: a forged value) confines nothing: better held anywhere than
+    not at all."""
+    if not domains:
+        return pod_sets
+    out = []
+    for ps in pod_sets:
+        mine = [d for d in domains if d.pod_set in (None, ps.name)]
+        confined = [ps]
+        if len(mine) == 1 and mine[0].domain in cache.domains(mine[0].level):
+            confined = confine([ps], mine[0].level, mine[0].domain) or [ps]
+        out.append(confined[0])
+    return out
 
 
 def request_of(pod_sets: Sequence[PodSet]) -> TopologyRequest | None:
