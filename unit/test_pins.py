@@ -344,3 +344,23 @@ def test_a_stale_unbound_event_of_a_bound_pod_does_not_take_a_siblings_slot() ->
     assert not w.pins.upsert(x, (JOB, None))
     assert w.pins.pinned_on(JOB, "main") == {"host-a": 1}, "y still holds a's second slot"
     assert w.pins.pin_at_creation(unbound_pod("z", gated=False), (JOB, None)) == "host-b"
+
+
+def test_a_replacement_pod_of_a_gang_held_in_a_domain_is_replanned_in_that_domain() -> None:
+    """A pod beyond its job's holds (a failed pod's replacement, created while the old one
+    still terminates) is replanned where room is: first in the domain its pod set is held in
+    (the reservation's pod set carries it), then anywhere rather than nowhere."""
+    rack = "example.com/rack"
+    w = World()
+    for name, gpus, r in (("a", 3, "r0"), ("b0", 8, "r1"), ("b1", 8, "r1")):
+        w.cache.upsert_node(b.node(name, gpu=gpus, labels={HOSTNAME: f"host-{name}", rack: r}))
+    ps = [PodSet("main", 1, request(3), NodeConstraints(((rack, "r1"),)))]
+    placed = place(ps, w.cache)
+    assert placed is not None
+    w.reservations.hold(JOB, ps, placed)
+    w.gate(unbound_pod("p0", gpus=3))
+    assert w.pin_all() == [("planned", "b0")]
+    # a (3 GPUs free) is the tightest fit, but in another rack; b0 has 5 left.
+    for uid, where in (("r1", "b0"), ("r2", "b1"), ("r3", "b1"), ("r4", "a")):
+        w.gate(unbound_pod(uid, gpus=3))
+        assert w.pin_all() == [("replanned", where)], uid

@@ -20,7 +20,7 @@ Outcomes, most to least planned:
 - ``planned``: a held slot of its job, on the node the plan chose (or relocated it to);
 - ``replanned``: no held slot left (a replacement pod, more pods than the plan had, or holds
   already taken by other pinned pods): a node with free room for it now, as the plan would have
-  found it;
+  found it, in its pod set's topology domain if it is held in one and that has room;
 - ``unpinned``: nothing fits now, the pod is of no job kube-queue admitted (or of none it
   queues), it already names its node, or the node has no hostname label: the gate is removed
   without a pin and the pod is the scheduler's, as without pinning. A gated pod is never kept
@@ -208,7 +208,12 @@ class Pins:
         node = self._held_slot(job, name) if name is not None else None
         outcome, why = "planned", "room held for its job"
         if node is None:
-            found = place([PodSet("pin", 1, pod.request, pod.constraints)], self._cache)
+            found = None
+            beside = self._in_domain(pod, job, name)
+            if beside is not None:
+                found = place([PodSet("pin", 1, pod.request, beside)], self._cache)
+            if not found:
+                found = place([PodSet("pin", 1, pod.request, pod.constraints)], self._cache)
             if not found:
                 return self._unpinned(pod, "no node has room for it now; the scheduler decides")
             node = found[0].node
@@ -224,6 +229,22 @@ class Pins:
             self._cache.reserve(node, pod.request, 1)
             self._extra[pod.uid] = (node, pod.request)
         return Pin(pod, outcome, node, host, why)
+
+    def _in_domain(self, pod: GatedPod, job: JobKey, name: str | None) -> NodeConstraints | None:
+        """The pod's constraints plus the topology domain its pod set is held in (the
+        reservation's pod set carries it as node selector terms: capacity/topology.py
+        ``within_recorded``), so a replacement pod of a running gang is replanned beside its
+        siblings first; None when its pod set names nothing more than the pod does."""
+        held = self._reservations.pod_sets(job).get(name) if name is not None else None
+        if held is None:
+            return None
+        own = dict(pod.constraints.node_selector)
+        extra = {k: v for k, v in held.constraints.node_selector if k not in own}
+        if not extra:
+            return None
+        own.update(extra)
+        c = pod.constraints
+        return NodeConstraints(tuple(sorted(own.items())), c.terms, c.tolerations)
 
     def _slot_of(self, pod: Pod, owner: PodOwner | None) -> tuple[JobKey, str] | None:
         """The job and the pod set of its plan a pod counts against (None: no job's, or its

@@ -34,7 +34,6 @@ from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
 from kubequeue.capacity.fit import Assignment, explain, place, place_counted
 from kubequeue.demand import PodSet
-
 from kubequeue.resources import GPU
 from kubequeue.scheduling import NodeConstraints, TopologyRequest, is_label_key
 
