@@ -364,3 +364,33 @@ def test_a_replacement_pod_of_a_gang_held_in_a_domain_is_replanned_in_that_domai
     for uid, where in (("r1", "b0"), ("r2", "b1"), ("r3", "b1"), ("r4", "a")):
         w.gate(unbound_pod(uid, gpus=3))
         assert w.pin_all() == [("replanned", where)], uid
+
+
+def test_later_events_of_a_bound_pod_do_not_take_a_siblings_slot() -> None:
+    """The bound-pod watch calls ``bound`` on every event of a bound pod (Running, Completed,
+    ...), not only on its bind: only the first may settle its slot pinned at creation. Later
+    ones took a sibling's provisional slot on the same host, so the node looked free and more
+    pods were pinned to it than it holds (the topology benchmark: ten 1-GPU pods pinned to an
+    8-GPU node)."""
+    w = World(("a", 2), ("b", 1))
+    w.hold(JOB, 3)
+    assert w.pins.pin_at_creation(unbound_pod("x", gated=False), (JOB, None)) == "host-a"
+    assert w.pins.pin_at_creation(unbound_pod("y", gated=False), (JOB, None)) == "host-a"
+
+    def seen_bound(phase: str) -> None:
+        pod = b.pod("x", "a", {"cpu": "1", GPU: "1"}, owner_job="train", uid="x", phase=phase)
+        typed = msgspec.structs.replace(
+            pod, spec=msgspec.structs.replace(pod.spec, nodeSelector={HOSTNAME: "host-a"})
+        )
+        w.pins.bound(typed, (JOB, None))  # as PodHandler: pins, then the cache
+        w.cache.upsert_pod(typed, (JOB, None))
+        w.reservations.reconcile(JOB)
+
+    w.reservations.bound_pods = lambda job: w.cache.bound_pods(job)
+    for phase in ("Pending", "Running", "Running"):
+        seen_bound(phase)
+        assert w.pins.pinned_on(JOB, "main") == {"host-a": 1}, phase
+    assert w.pins.pin_at_creation(unbound_pod("z", gated=False), (JOB, None)) == "host-b"
+    for phase in ("Succeeded", "Succeeded"):  # ended: y's slot still stays y's
+        seen_bound(phase)
+        assert w.pins.pinned_on(JOB, "main") == {"host-a": 1, "host-b": 1}, phase

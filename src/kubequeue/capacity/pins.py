@@ -51,6 +51,7 @@ __all__ = ["GatedPod", "Pin", "Pins"]
 # How long a slot pinned at creation is kept for a pod not seen yet (its create may have failed
 # after the webhook answered: another webhook refused it, a quota, a timeout).
 _PROVISIONAL_S = 30.0
+_ENDED = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +326,12 @@ class Pins:
         uid = pod.metadata.uid
         if uid in self._unbound or uid in self._extra:
             self.delete(uid)
+            return
+        if self._cache.is_bound(uid) or pod.status.phase in _ENDED:
+            # Not its bind: a later event of a pod the cache counts already (the caller calls
+            # this before the cache), or of one that ended. Only the bind settles its slot; a
+            # provisional one left for (job, host) is a sibling's. (A pod first seen ended
+            # leaves its own to expire: held a little long, never over-committed.)
             return
         self.waiting.pop(uid, None)
         self._writing.pop(uid, None)
