@@ -18,7 +18,7 @@ import anyio
 from bench.e2e.scenarios import Outcome, Settings, run_scenario
 from bench.report import machine
 
-SCENARIOS = ("ceiling", "burst", "backlog", "fragmentation", "baseline")
+SCENARIOS = ("ceiling", "burst", "backlog", "fragmentation", "topology", "baseline")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,7 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--nodes", type=int, default=200, help="burst: nodes x 8 GPUs")
     p.add_argument("--jobs", type=int, default=1000, help="burst and ceiling: jobs")
-    p.add_argument("--minutes", type=float, default=4.0, help="fragmentation: duration")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=4.0,
+        help="fragmentation and topology: duration (topology ends early when all finished)",
+    )
     p.add_argument(
         "--scale", type=float, default=0.1, help="baseline and fragmentation job counts x this"
     )

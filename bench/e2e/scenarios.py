@@ -12,6 +12,8 @@ e2e/kueue). Both get the same API server flags and the same client QPS/burst.
 - fragmentation: 64 x 8-GPU nodes partly filled by pods no queue manages (1-3 GPUs free on most
   nodes); a mix of 1/2/4/8-GPU jobs and 4 x 2-GPU gangs; GPU utilisation over time, jobs
   finished per minute, and admitted pods left Pending unschedulable for > 10 s (watched).
+- topology: gangs requiring one rack among scattered holes (issue 31), beside Kueue's Topology
+  Aware Scheduling; gangs kept in one rack, unschedulable pods, utilisation, wait per shape.
 - baseline: Kueue's own scheduler-performance mix (30 queues; small/medium/large CPU jobs
   arriving at fixed intervals, priorities 50/100/200), scaled by ``scale``; wall, usage, time to
   admission per class, and admitted pods left Pending unschedulable for > 10 s.
@@ -122,6 +124,11 @@ class System:
 
     async def stop(self) -> None:
         raise NotImplementedError
+
+    async def topology(self, levels: Sequence[str], node_labels: dict[str, str]) -> None:
+        """Declare the cluster's topology levels (coarsest first) before queues are made, for
+        the nodes carrying ``node_labels``. kube-queue needs nothing for a required topology
+        (any node label is a level); Kueue needs a Topology and a TAS ResourceFlavor."""
 
     async def queue(
         self,
@@ -283,6 +290,7 @@ class KueueSystem(System):
         self.running: Any = None
         self.held: list[str] = []
         self.holding = False
+        self.flavor: str | None = None
 
     async def prepare(self, cluster: LocalCluster, kubectl: Kubectl) -> None:
         if self.running is None:
@@ -313,6 +321,14 @@ class KueueSystem(System):
             # Each scenario runs on a cluster of its own, discarded after it: no clean-up.
             await self.running.stop(clean_up=False)
 
+    async def topology(self, levels: Sequence[str], node_labels: dict[str, str]) -> None:
+        # Topology Aware Scheduling (beta, on by default in the pinned release): a Topology
+        # whose last level is the hostname (so Kueue assigns each pod its node, as pinning
+        # does) and a flavor naming it; the ClusterQueues then hand out that flavor.
+        await self.running.topology("bench", [*levels, "kubernetes.io/hostname"])
+        await self.running.resource_flavor("tas-flavor", node_labels, topology="bench")
+        self.flavor = "tas-flavor"
+
     async def queue(
         self,
         kubectl: Kubectl,
@@ -324,7 +340,11 @@ class KueueSystem(System):
         *,
         no_borrowing: bool = True,
     ) -> dict[str, str]:
-        await self.running.cluster_queue(name, {"cpu": cpu, "memory": memory, GPU: gpus})
+        await self.running.cluster_queue(
+            name,
+            {"cpu": cpu, "memory": memory, GPU: gpus},
+            **({"flavor": self.flavor} if self.flavor else {}),
+        )
         if self.holding:
             await kubectl(
                 "patch",
@@ -779,6 +799,176 @@ async def fragmentation(
     }
 
 
+RACK = "example.com/rack"
+POOL = "example.com/pool"  # every node; Kueue's TAS flavor must name a node label
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"  # kube-queue reads it too
+# (pods, GPUs per pod): every gang is 8 or 16 GPUs and fits in one rack's two empty nodes.
+GANG_SHAPES = ((2, 8), (4, 4), (8, 2), (16, 1), (2, 4), (4, 2))
+
+
+def _filler_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
+    """A pod no queue manages, bound straight to ``node``, running for the whole scenario."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {RUN_FOR: "100000s"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": PAUSE,
+                    "resources": {
+                        "requests": {"cpu": "1", GPU: str(gpus)},
+                        "limits": {GPU: str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def topology(
+    cluster: LocalCluster, system: System, settings: Settings, minutes: float
+) -> dict[str, Any]:
+    """Gangs that require one rack (issue 31): 4 racks x 4 nodes x 8 GPUs; in each rack one or
+    two nodes partly used by pods no queue manages (2-6 GPUs each: scattered holes that add up
+    to more than a gang needs, but only the rack's empty nodes can take a whole gang); gangs of
+    2-16 pods (8 or 16 GPUs) with ``kueue.x-k8s.io/podset-required-topology: example.com/rack``
+    on the pod template, the same manifest for both systems (kube-queue reads Kueue's
+    annotation as its own). Figures: gangs whose pods were all bound in one rack (must be 100%),
+    admitted pods left unschedulable > 10 s, GPU utilisation while work remained, the time to
+    finish everything, and the wait per gang shape."""
+    kubectl = Kubectl(cluster.binaries.kubectl, cluster.kubeconfig)
+    rng = random.Random(settings.seed)
+    racks, per_rack = 4, 4
+    specs = [
+        NodeSpec(
+            f"r{r}-n{i}",
+            cpu="64",
+            memory="512Gi",
+            gpus=8,
+            labels={RACK: f"rack-{r}", POOL: "gpu"},
+        )
+        for r in range(racks)
+        for i in range(per_rack)
+    ]
+    rack_of = {s.name: s.labels[RACK] for s in specs}
+    async with _client(cluster, settings) as client:
+        await _nodes(cluster, client, specs)
+        await _namespace(client, "filler")
+        await _namespace(client, "topo")
+        filler: list[tuple[str, dict[str, Any]]] = []
+        for r in range(racks):
+            nodes = [f"r{r}-n{i}" for i in range(per_rack)]
+            rng.shuffle(nodes)
+            for node in nodes[: rng.choice([1, 2])]:
+                pod = _filler_pod(f"fill-{node}", node, rng.randint(2, 6))
+                filler.append(("/api/v1/namespaces/filler/pods", pod))
+        await create_all(client, filler)
+        capacity = len(specs) * 8
+        filled = sum(
+            int(p["spec"]["containers"][0]["resources"]["requests"][GPU]) for _, p in filler
+        )
+        await system.start(cluster, kubectl)
+        await system.topology([RACK], {POOL: "gpu"})
+        labels = await system.queue(
+            kubectl,
+            "topo",
+            str(len(specs) * 64),
+            f"{len(specs) * 512}Gi",
+            capacity,
+            "topo",
+            no_borrowing=False,
+        )
+        jobs: list[tuple[str, dict[str, Any]]] = []
+        shape_of: dict[str, tuple[int, int]] = {}
+        for i in range(max(12, int(400 * settings.scale))):
+            pods_n, gpus = rng.choice(GANG_SHAPES)
+            name = f"g-{i:03d}"
+            manifest = _job(
+                name,
+                gpus=gpus,
+                pods=pods_n,
+                cpu="1",
+                run_for=f"{rng.randint(20, 60)}s",
+                labels=labels,
+            )
+            manifest["spec"]["template"]["metadata"]["annotations"][REQUIRED_TOPOLOGY] = RACK
+            shape_of[name] = (pods_n, gpus)
+            jobs.append(("/apis/batch/v1/namespaces/topo/jobs", manifest))
+        seen = Admissions()
+        pods = PodWatch(unschedulable_after=10.0)
+        samples: list[float] = []
+        created: dict[str, float] = {}
+        started = time.monotonic()
+        deadline = started + minutes * 60
+        cpu_before = cpu_seconds(system.pid) if system.pid else 0.0
+
+        async def sample() -> None:
+            while len(seen.finished) < len(jobs) and time.monotonic() < deadline:
+                await anyio.sleep(2)
+                pods.check_stuck()
+                samples.append(sum(pods.gpus_by_node.values()) / capacity)
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(seen.informer(client, "topo").run)
+            await tg.start(pods.informer(client).run)
+            tg.start_soon(sample)
+            await create_all(client, jobs, created=created)
+            while len(seen.finished) < len(jobs) and time.monotonic() < deadline:  # noqa: ASYNC110
+                await anyio.sleep(1)
+            pods.check_stuck()
+            tg.cancel_scope.cancel()
+        cpu_used = (cpu_seconds(system.pid) - cpu_before) if system.pid else float("nan")
+        rss = peak_rss_mib(system.pid) if system.pid else float("nan")
+    racks_of: dict[str, set[str]] = {}
+    bound_pods: Counter[str] = Counter()
+    for key, node in pods.bound.items():
+        ns, _, pod_name = key.partition("/")
+        if ns == "topo":
+            job = pod_name.rsplit("-", 1)[0]
+            racks_of.setdefault(job, set()).add(rack_of.get(node, node))
+            bound_pods[job] += 1
+    whole = [j for j, (n, _) in shape_of.items() if bound_pods[j] >= n]
+    in_one = sum(1 for j in whole if len(racks_of[j]) == 1)
+    waits: dict[str, list[float]] = {}
+    for name, (n, g) in shape_of.items():
+        if name in seen.admitted and name in created:
+            waits.setdefault(f"{n}x{g}", []).append(seen.admitted[name] - created[name])
+    finished_at = max(seen.finished.values()) if seen.finished else float("nan")
+    used = sum(samples) / len(samples) if samples else float("nan")
+    return {
+        "nodes": len(specs),
+        "gpus": capacity,
+        "gpus_used_by_unqueued_pods": filled,
+        "gangs": len(jobs),
+        "admitted": len(seen.admitted),
+        "finished": len(seen.finished),
+        "gangs_all_pods_bound": len(whole),
+        "gangs_in_one_rack": in_one,
+        "gangs_split_across_racks": len(whole) - in_one,
+        "admitted_pods_unschedulable_over_10s": len(pods.stuck),
+        "all_finished_s": finished_at - started,
+        # Of all GPUs, and of those the unqueued pods left (the most the queue could use).
+        "gpu_utilisation_mean": used,
+        "queue_gpu_utilisation_mean": (used * capacity - filled) / (capacity - filled),
+        **{
+            f"wait_mean_s_{shape}": sum(v) / len(v)
+            for shape, v in sorted(waits.items(), key=lambda kv: -int(kv[0].split("x")[0]))
+        },
+        "admitted_twice": sum(1 for v in seen.transitions.values() if v > 1),
+        "controller_cpu_s": cpu_used,
+        "controller_peak_rss_mib": rss,
+        "unschedulable_pods": sorted(pods.stuck),
+        "unschedulable_pinned_to": {k: pods.pending_on.get(k, "") for k in sorted(pods.stuck)},
+        "unschedulable_bound_on": {k: pods.bound.get(k, "") for k in sorted(pods.stuck)},
+        "split_gangs": sorted(j for j in whole if len(racks_of[j]) > 1),
+        **placement_figures(getattr(system, "kq", None), pods.bound, "topo"),
+    }
+
+
 async def baseline(cluster: LocalCluster, system: System, settings: Settings) -> dict[str, Any]:
     """Kueue's test/performance/scheduler "baseline" mix, scaled: per queue 350 small (1 CPU,
     200 ms, one every 100 ms, priority 50), 100 medium (5 CPU, 500 ms, every 500 ms, 100), 50
@@ -935,6 +1125,8 @@ async def run_scenario(
                 result = await fragmentation(cluster, system, settings, sizes["minutes"])
             elif scenario == "baseline":
                 result = await baseline(cluster, system, settings)
+            elif scenario == "topology":
+                result = await topology(cluster, system, settings, sizes["minutes"])
             else:
                 raise ValueError(f"unknown scenario {scenario!r}")
         finally:

@@ -184,7 +184,7 @@ class RunningKueue:
                            stdin=json.dumps(manifest))
         meta = manifest["metadata"]
         plural = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
-                  "LocalQueue": "localqueues"}[manifest["kind"]]
+                  "LocalQueue": "localqueues", "Topology": "topologies"}[manifest["kind"]]
         key = (meta.get("namespace"), meta["name"])
         if key not in self._created.setdefault(plural, []):
             self._created[plural].append(key)
@@ -199,13 +199,25 @@ class RunningKueue:
         await wait_until(f"{plural} {name} Active", active, OBJECT_TIMEOUT_S)
 
     async def resource_flavor(self, name: str = DEFAULT_FLAVOR,
-                              node_labels: Mapping[str, str] | None = None) -> None:
-        """Create (or update) a ResourceFlavor; start() already made ``default-flavor``."""
+                              node_labels: Mapping[str, str] | None = None,
+                              topology: str | None = None) -> None:
+        """Create (or update) a ResourceFlavor; start() already made ``default-flavor``.
+        With ``topology`` (a Topology's name) it is a Topology Aware Scheduling flavor, which
+        Kueue requires to name at least one node label."""
         spec: dict[str, Any] = {}
         if node_labels:
             spec["nodeLabels"] = dict(node_labels)
+        if topology:
+            spec["topologyName"] = topology
         await self._apply({"apiVersion": API_VERSION, "kind": "ResourceFlavor",
                            "metadata": {"name": name}, "spec": spec})
+
+    async def topology(self, name: str, levels: Sequence[str]) -> None:
+        """Create a Topology (TAS): node labels, coarsest first; Kueue allows
+        ``kubernetes.io/hostname`` only as the last level."""
+        await self._apply({"apiVersion": API_VERSION, "kind": "Topology",
+                           "metadata": {"name": name},
+                           "spec": {"levels": [{"nodeLabel": label} for label in levels]}})
 
     async def cluster_queue(
         self,
@@ -296,7 +308,7 @@ class RunningKueue:
     async def _delete_created(self, timeout_s: float) -> None:
         """Delete our objects while Kueue runs: it drops their finalizers once unused."""
         # LocalQueues before ClusterQueues before flavors: each is in use by the previous.
-        order = ("localqueues", "clusterqueues", "resourceflavors")
+        order = ("localqueues", "clusterqueues", "resourceflavors", "topologies")
         for plural in order:
             for namespace, name in self._created.get(plural, []):
                 where = ["-n", namespace] if namespace else []
