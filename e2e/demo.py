@@ -10,8 +10,8 @@ sweeps keep from the only 8-GPU node, gets that node held for it about a minute 
 serves the webhook, registered for the two teams' pods: every pod is created gated and pinned
 to the node its job's plan held room on (the NODES column: ``*`` marks a pod bound exactly
 where kube-queue pinned it). The nodes form two racks, and ddp-resnet asks for one
-(``kube-queue.io/topology-required``): its two 4-GPU pods run in one rack, its Admitted Event
-says which.
+(``kube-queue.io/topology-required``): its two 4-GPU pods run in one rack (the RACK column:
+the domain its admission recorded on the job), its Admitted Event says which.
 Meanwhile you can use the printed KUBECONFIG with kubectl (``kubectl get queues``) or
 ``kube-queue status --url ...`` in another terminal.
 """
@@ -99,7 +99,7 @@ async def _show(kubectl: Kubectl, kq: KubeQueue, started: float) -> bool:
     queues = await kq.view("/debug/queues", "queues")
     lines = [f"kube-queue demo  t={asyncio.get_running_loop().time() - started:5.0f}s   "
              f"(Ctrl-C to stop)", ""]
-    lines.append(f"{'JOB':16} {'QUEUE':7} {'GPUS':>4}  {'STATE':9} {'NODES':16} WHY")
+    lines.append(f"{'JOB':16} {'QUEUE':7} {'GPUS':>4}  {'STATE':9} {'NODES':16} {'RACK':7} WHY")
     in_use = 0
     for job in sorted(jobs, key=lambda j: j["metadata"]["creationTimestamp"]):
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -109,7 +109,12 @@ async def _show(kubectl: Kubectl, kq: KubeQueue, started: float) -> bool:
         row = waiting.get((namespace, name), {})
         why = row.get("why", "") if state == "Queued" else ""
         nodes = _nodes(pods, namespace, name)
-        lines.append(f"{name:16} {namespace:7} {_gpus(job):>4}  {state:9} {nodes:16} {why}")
+        # The domain its admission chose and recorded (docs/topology.md), for a job that asked.
+        domain = job["metadata"].get("annotations", {}).get("kube-queue.io/topology-domain", "")
+        rack = domain.rpartition("=")[2] if state != "Queued" else ""
+        lines.append(
+            f"{name:16} {namespace:7} {_gpus(job):>4}  {state:9} {nodes:16} {rack or '-':7} {why}"
+        )
     total = sum(n.gpus for n in NODES)
     lines += ["", f"GPUs held by admitted jobs: {in_use}/{total}", ""]
     lines.append(f"{'QUEUE':9} {'GPU USED/MIN/MAX':17} {'BORROWED':9} {'PENDING':8} ADMITTED")
@@ -169,7 +174,8 @@ async def _demo(cluster: LocalCluster, kubectl: Kubectl) -> None:
                       "event).")
             print(f"\nexport KUBECONFIG={cluster.kubeconfig}   # kubectl at {binaries.kubectl}")
             print(f"controller log: {kq.process.log_path}")
-            print(f"kube-queue status --url {kq.url}   |   kube-queue queues --url {kq.url}")
+            print(f"kube-queue status [--admitted] --url {kq.url}   |   "
+                  f"kube-queue queues --url {kq.url}")
             await asyncio.sleep(2)
     finally:
         await kq.stop()
