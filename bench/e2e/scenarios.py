@@ -676,6 +676,29 @@ async def burst(
     }
 
 
+def _filler_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
+    """A pod no queue manages, bound straight to ``node``, running for the whole scenario."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {RUN_FOR: "100000s"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": PAUSE,
+                    "resources": {
+                        "requests": {"cpu": "1", GPU: str(gpus)},
+                        "limits": {GPU: str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
 async def fragmentation(
     cluster: LocalCluster, system: System, settings: Settings, minutes: float
 ) -> dict[str, Any]:
@@ -694,33 +717,8 @@ async def fragmentation(
         for i, node in enumerate(names):
             used = rng.choice([5, 6, 6, 7, 7]) if i % 8 else 0  # every 8th node stays empty
             if used:
-                filler.append(
-                    (
-                        "/api/v1/namespaces/filler/pods",
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "metadata": {
-                                "name": f"fill-{i:02d}",
-                                "annotations": {RUN_FOR: "100000s"},
-                            },
-                            "spec": {
-                                "nodeName": node,
-                                "restartPolicy": "Never",
-                                "containers": [
-                                    {
-                                        "name": "main",
-                                        "image": PAUSE,
-                                        "resources": {
-                                            "requests": {"cpu": "1", GPU: str(used)},
-                                            "limits": {GPU: str(used)},
-                                        },
-                                    }
-                                ],
-                            },
-                        },
-                    )
-                )
+                pod = _filler_pod(f"fill-{i:02d}", node, used)
+                filler.append(("/api/v1/namespaces/filler/pods", pod))
         await create_all(client, filler)
         capacity = nodes * 8
         free = capacity - sum(
@@ -804,29 +802,6 @@ POOL = "example.com/pool"  # every node; Kueue's TAS flavor must name a node lab
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"  # kube-queue reads it too
 # (pods, GPUs per pod): every gang is 8 or 16 GPUs and fits in one rack's two empty nodes.
 GANG_SHAPES = ((2, 8), (4, 4), (8, 2), (16, 1), (2, 4), (4, 2))
-
-
-def _filler_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
-    """A pod no queue manages, bound straight to ``node``, running for the whole scenario."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": {RUN_FOR: "100000s"}},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": PAUSE,
-                    "resources": {
-                        "requests": {"cpu": "1", GPU: str(gpus)},
-                        "limits": {GPU: str(gpus)},
-                    },
-                }
-            ],
-        },
-    }
 
 
 async def topology(
