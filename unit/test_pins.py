@@ -111,9 +111,21 @@ def test_a_pinned_pod_not_bound_yet_counts_against_its_node_also_after_a_restart
     assert not w.pins.upsert(unbound_pod("old", gated=False, host="host-a"), (JOB, None))
     w.gate(unbound_pod("new"))
     assert w.pin_all() == [("planned", "b")]
-    # It bound (left the unbound watch): its hold shrank with it, nothing is counted twice.
+    # It left the unbound watch: bound (or deleted). Its slot stays taken until the bound
+    # watch shows it (the cache does not count it before), then nothing is counted twice.
     w.pins.delete("old")
+    assert w.pins.pinned_on(JOB, "main") == {"host-a": 1, "host-b": 1}
+    w.pins.bound(unbound_pod("old", gated=False, host="host-a"), (JOB, None))
     assert w.pins.pinned_on(JOB, "main") == {"host-b": 1}
+    # One deleted unbound never shows up bound: its slot comes back after a deadline.
+    now = [0.0]
+    w.pins.clock = lambda: now[0]
+    w.pins.delete("new")
+    assert w.pins.pinned_on(JOB, "main") == {"host-b": 1}
+    now[0] = 31.0
+    w.gate(unbound_pod("again"))
+    assert w.pin_all() == [("planned", "a")]  # (old's hold on a: this test reconciles none)
+    assert w.pins.pinned_on(JOB, "main") == {"host-a": 1}, "new's slot on b came back"
 
 
 def test_a_refused_pin_frees_its_slot() -> None:
@@ -227,8 +239,12 @@ def test_a_replanned_pod_keeps_its_room_until_it_binds_or_goes() -> None:
     # Seen ungated with its pin: still its own room, not one of the plan's slots.
     w.pins.upsert(unbound_pod("extra", gated=False, host="host-a"), (JOB, None))
     assert w.cache.nodes["a"].free[GPU] == 0
+    # It left the unbound watch: the room stays reserved until the bound watch shows it (in
+    # between the cache counts neither the pod nor, else, its room), then the pod counts.
     w.pins.delete("extra")
-    assert w.cache.nodes["a"].free[GPU] == 1000
+    assert w.cache.nodes["a"].free[GPU] == 0
+    w.pins.bound(unbound_pod("extra", gated=False, host="host-a"), (JOB, None))
+    assert w.cache.nodes["a"].free[GPU] == 1000  # (this test's cache is not shown the pod)
 
 
 def test_a_hold_a_pinned_pod_counts_on_is_dropped_last() -> None:

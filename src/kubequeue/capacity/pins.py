@@ -53,6 +53,8 @@ __all__ = ["GatedPod", "Pin", "Pins"]
 _PROVISIONAL_S = 30.0
 _ENDED = frozenset({"Succeeded", "Failed"})
 
+_Extra = tuple[str, Resources]  # a replanned pod's node and the room reserved there for it
+
 
 @dataclass(frozen=True, slots=True)
 class GatedPod:
@@ -101,7 +103,7 @@ class Pins:
         self._unbound: dict[str, tuple[JobKey, str, str]] = {}
         self._per_job: dict[JobKey, Counter[tuple[str, str]]] = {}
         # Replanned pods, pinned and not bound yet: the room reserved for each in the cache.
-        self._extra: dict[str, tuple[str, Resources]] = {}
+        self._extra: dict[str, _Extra] = {}
         # Chosen, their write in flight: uid -> the newest gated view of the pod seen meanwhile
         # (the scheduler marks a gated pod SchedulingGated: an event that still shows the gate
         # must neither free the slot just chosen nor queue the pod again), sent back to waiting
@@ -112,6 +114,10 @@ class Pins:
         # the pod is seen (unbound or bound) and takes the count over, or the deadline passes
         # (its create failed after the webhook answered).
         self._provisional: dict[tuple[JobKey, str, str], list[float]] = {}
+        # Left the unbound watch, their bound event not seen yet (the two watches are not
+        # ordered between them): still counted, their slot (or reserved room) taken, until the
+        # bound event or, for a pod deleted unbound, a deadline.
+        self._leaving: dict[str, tuple[tuple[JobKey, str, str] | None, _Extra | None, float]] = {}
         self.clock: Callable[[], float] = time.monotonic
 
     # ----------------------------------------------------------------- pod events
@@ -155,12 +161,26 @@ class Pins:
         return False
 
     def delete(self, uid: str) -> None:
-        """The pod is bound (it left the unbound watch) or gone. (A replanned pod's room is
-        released here; if its bound event arrives a moment later, the room looks free in
-        between: the one window pinning leaves, as wide as the two watches' skew.)"""
+        """The pod left the unbound watch: bound, or gone. Its slot (or reserved room) stays
+        taken until the bound watch shows it bound (``bound``): released here, the slot would
+        look free while the cache does not count the pod yet, and another pod could be pinned
+        into it. A pod deleted unbound gives it back after ``_PROVISIONAL_S``."""
         self.waiting.pop(uid, None)
         self._writing.pop(uid, None)
-        self._uncount(uid)
+        slot = self._unbound.pop(uid, None)
+        extra = self._extra.pop(uid, None)
+        if slot is None and extra is None:
+            return
+        if self._cache.is_bound(uid):  # its bound event came first: the cache counts it
+            self._release(slot, extra)
+            return
+        self._leaving[uid] = (slot, extra, self.clock() + _PROVISIONAL_S)
+
+    def _release(self, slot: tuple[JobKey, str, str] | None, extra: _Extra | None) -> None:
+        if slot is not None:
+            self._decrement(*slot)
+        if extra is not None:
+            self._cache.unreserve(extra[0], extra[1], 1)
 
     def written(self, uid: str) -> None:
         """The chosen write applied. The pod stays "being written" until the watch shows it
@@ -325,7 +345,11 @@ class Pins:
         pinned at creation that was never seen unbound takes its provisional count with it."""
         uid = pod.metadata.uid
         if uid in self._unbound or uid in self._extra:
-            self.delete(uid)
+            self._uncount(uid)
+            return
+        leaving = self._leaving.pop(uid, None)
+        if leaving is not None:
+            self._release(leaving[0], leaving[1])
             return
         if self._cache.is_bound(uid) or pod.status.phase in _ENDED:
             # Not its bind: a later event of a pod the cache counts already (the caller calls
@@ -352,6 +376,12 @@ class Pins:
         return True
 
     def _expire(self) -> None:
+        if self._leaving:
+            now = self.clock()
+            for uid, (slot, extra, deadline) in list(self._leaving.items()):
+                if deadline < now:
+                    del self._leaving[uid]
+                    self._release(slot, extra)
         if not self._provisional:
             return
         now = self.clock()
@@ -373,13 +403,10 @@ class Pins:
                 del self._per_job[job]
 
     def _uncount(self, uid: str) -> None:
-        extra = self._extra.pop(uid, None)
-        if extra is not None:
-            self._cache.unreserve(extra[0], extra[1], 1)
-        found = self._unbound.pop(uid, None)
-        if found is None:
-            return
-        self._decrement(*found)
+        leaving = self._leaving.pop(uid, None)
+        if leaving is not None:
+            self._release(leaving[0], leaving[1])
+        self._release(self._unbound.pop(uid, None), self._extra.pop(uid, None))
 
     def pinned_on(self, job: JobKey, pod_set: str) -> dict[str, int]:
         """Pods of this pod set pinned and not bound yet, per node hostname."""
