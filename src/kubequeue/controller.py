@@ -54,6 +54,7 @@ from kubequeue.kube.queue_status import QUEUE_API, QueueStatusWriter
 from kubequeue.labels import PLACEMENT_LABEL
 from kubequeue.objects import Namespace, Node, Pod
 from kubequeue.observability import metrics
+from kubequeue.observability.stalls import watch_stalls
 from kubequeue.queueing.queue import JobQueue
 from kubequeue.settings import Settings, debug_listener
 from kubequeue.status import queue_rows, queue_status
@@ -276,6 +277,7 @@ class Controller:
                 )
                 tg.start_soon(webhook.run, name="webhook-server")
             tg.start_soon(self.events.run, name="event-writer")
+            tg.start_soon(watch_stalls, name="loop-watchdog")
             # One at a time, capacity first: an admitted job seen before the nodes and pods it
             # runs on would have its hold placed on a partial picture (relocate() fixes that
             # later, but there is no reason to start from it).

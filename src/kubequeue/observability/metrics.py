@@ -195,3 +195,11 @@ REQUEUES = Counter(
     ["kind", "reason"],
     registry=REGISTRY,
 )
+LOOP_LATENESS = Histogram(
+    "kube_queue_event_loop_lateness_seconds",
+    "How late a 50 ms timer on the controller's event loop fired: the time a synchronous step "
+    "(an admission cycle, a large watch batch) kept the loop from everything else, the "
+    "webhook's answers and the Lease renewal included.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
