@@ -9,6 +9,8 @@
    values (free == allocatable - used - reserved).
 3. The generator's ledger (plain arithmetic on the numbers it wrote into the JSON) agrees with the
    cache's parsed allocatable and used, for cpu, memory, GPUs and pod slots.
+4. Pinning (``--pin``): once every pinned pod is bound, Pins counts nothing as pinned and
+   unbound, no slot pinned at creation is left provisional, and no pod waits for the pinner.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections import Counter
 from bench.harness import Harness
 from bench.state import Cluster
 
-__all__ = ["accounting_problems"]
+__all__ = ["accounting_problems", "pin_problems"]
 
 _RESOURCES = ("cpu", "memory", "nvidia.com/gpu", "pods")
 
@@ -64,3 +66,20 @@ def accounting_problems(h: Harness, cluster: Cluster, limit: int = 20) -> list[s
         if len(problems) >= limit:
             break
     return problems[:limit]
+
+
+def pin_problems(h: Harness) -> list[str]:
+    pins = h.pins
+    problems: list[str] = []
+    for name, left in (
+        ("pinned and unbound", pins._unbound),
+        ("pinned slots per job", pins._per_job),
+        ("provisional slots", pins._provisional),
+        ("replanned rooms", pins._extra),
+        ("pods waiting for the pinner", pins.waiting),
+        ("pin writes in flight", pins._writing),
+        ("pods left the unbound watch, bind not seen", getattr(pins, "_leaving", {})),
+    ):
+        if left:
+            problems.append(f"pins: {len(left)} {name} left after every pod bound")
+    return problems

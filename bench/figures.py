@@ -3,6 +3,12 @@
 Only the core's work is inside a timed section: generating lines, the simulated API writes and
 bookkeeping of the simulated cluster happen between timings. The cyclic GC stays on (it runs in
 production too).
+
+With ``pin`` the pods of admitted jobs are created through the webhook and pinned (bench/sim.py).
+That work shares the controller's event loop with the cycles, so it is added to each figure per
+admission: a latency sample that admitted is its deletion + cycle + the pinning of the pods of
+the jobs it admitted, a drain cycle's time includes pinning its admissions' pods. The first
+cycle's pinning (its pods are created over seconds, after the writes) is reported on its own.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ import time
 import tracemalloc
 from typing import Any
 
-from bench.check import accounting_problems
+from bench.check import accounting_problems, pin_problems
 from bench.harness import LOG_EVENTS, Harness
 from bench.sim import Simulator
-from bench.state import Cluster, Sizes, priority_class_lines
+from bench.state import TOPOLOGY_LEVELS, Cluster, Sizes, priority_class_lines
 from kubequeue.kube import informer as informer_module
 
 __all__ = ["core_run", "memory_run", "reference_rate"]
@@ -63,6 +69,11 @@ def decode_rate(h: Harness, lines: list[bytes]) -> float:
     return len(lines) / (clock() - started)
 
 
+def _harness(sizes: Sizes, *, pin: bool = False, trace: list[Any] | None = None) -> Harness:
+    levels = TOPOLOGY_LEVELS if sizes.topology else ()
+    return Harness(trace=trace, pin=pin, topology_levels=levels)
+
+
 def _initial_lines(sizes: Sizes) -> tuple[list[bytes], list[bytes]]:
     cluster = Cluster(sizes, keep=False)
     nodes = list(cluster.node_lines())
@@ -78,6 +89,7 @@ def core_run(
     drain_rounds: int,
     reference_lines: int,
     trace: list[Any] | None = None,
+    pin: bool = False,
 ) -> dict[str, Any]:
     """One full run on a fresh state: ingest, first cycle, latency samples, then the drain."""
     LOG_EVENTS.clear()
@@ -88,7 +100,7 @@ def core_run(
     # otherwise be scanned by every full GC collection, work a real controller never does.
     node_lines, pod_lines = _initial_lines(sizes)
     gc.collect()
-    h = Harness(trace=trace)
+    h = _harness(sizes, pin=pin, trace=trace)
     h.feed_nodes(node_lines)
     out["pod_line_bytes"] = sum(map(len, pod_lines)) / len(pod_lines)
     started = clock()
@@ -104,7 +116,7 @@ def core_run(
     # The simulation's own generator: same seed and calls, so the same nodes and pods (the
     # accounting check at the end compares its ledger with the cache).
     cluster = Cluster(sizes)
-    sim = Simulator(cluster, h, seed=sizes.seed)
+    sim = Simulator(cluster, h, seed=sizes.seed, pin=pin)
     for _ in cluster.node_lines():
         pass
     sim.pod_lines()
@@ -136,6 +148,8 @@ def core_run(
     out["first_cycle_evaluated"] = first.evaluated
     out["first_cycle_admitted"] = len(first.admitted)
     sim.admit(first)
+    out["first_pin_s"] = sim.last_pin_s
+    out["first_pods"] = sum(a.count for x in first.admitted for a in x.assignments)
     while True:  # settle: the admissions' pods are bound; nothing else fits right now
         again = h.run_cycle()
         if not again.admitted:
@@ -146,6 +160,7 @@ def core_run(
     # the admissions' writes then, and writes the reasons for jobs that wait after them)
     enabled: list[float] = []
     idle: list[float] = []
+    enabled_pin: list[float] = []  # of each enabled sample, the pinning (0 without pin)
     run_cycle = h.run_cycle
     dispatch = h.pod_informer._dispatch
     for pod in itertools.islice(sim.free_pods(), latency_samples):
@@ -155,36 +170,42 @@ def core_run(
         result = h.decide()
         elapsed = clock() - started
         h.explain(result)
-        (enabled if result.admitted else idle).append(elapsed)
         sim.admit(result)
+        if result.admitted:
+            enabled.append(elapsed + sim.last_pin_s)
+            enabled_pin.append(sim.last_pin_s)
+        else:
+            idle.append(elapsed)
     out["latency_enabled_s"] = enabled
+    out["latency_enabled_pin_s"] = enabled_pin
     out["latency_idle_s"] = idle
 
     # ---- drain: workloads end in batches, each followed by one cycle
     evaluated = admitted = rounds = 0
-    cycle_s = ingest_s = bind_s = 0.0
+    cycle_s = ingest_s = bind_s = pin_s = 0.0
     freed_pods = bound_pods = 0
     cycle_times: list[float] = []
     drain_started = clock()
     while rounds < drain_rounds and len(h.queue):
         finishing = sim.pick_finishing(drain_batch)
         job_lines, del_lines = sim.finish_lines(finishing)
-        started = clock()
+        started_round = clock()
         h.feed_jobs(job_lines)
         h.feed_pods(del_lines)
         mid = clock()
         result = run_cycle()
         done = clock()
-        ingest_s += mid - started
-        cycle_s += done - mid
-        cycle_times.append(done - mid)
         freed_pods += len(del_lines)
         evaluated += result.evaluated
         admitted += len(result.admitted)
         rounds += 1
         started = clock()
         bound_pods += sim.admit(result)
-        bind_s += clock() - started
+        bind_s += clock() - started - sim.last_pin_s
+        ingest_s += mid - started_round
+        cycle_s += done - mid + sim.last_pin_s
+        cycle_times.append(done - mid + sim.last_pin_s)
+        pin_s += sim.last_pin_s
         if not result.admitted and not sim.running:
             break
         if not finishing and sim.only_hopeless_left():
@@ -199,13 +220,21 @@ def core_run(
         "cycle_times_s": cycle_times,
         "delete_ingest_s": ingest_s,
         "bind_s": bind_s,
+        "pin_s": pin_s,
         "bound_pods": bound_pods,
         "wall_s": clock() - drain_started,
         "left_queued": len(h.queue),
         "left_hopeless": sum(1 for j in h.queue.ordered() if j.problem or j.never_fits),
     }
     out["admitted_total"] = sim.admitted
-    out["problems"] = accounting_problems(h, cluster)
+    if pin:
+        out["pin"] = {
+            "pinned": sim.pinned,
+            "unpinned": sim.unpinned,
+            "off_plan": sim.off_plan,
+            "per_pod_s": sim.pin_per_pod_s,
+        }
+    out["problems"] = accounting_problems(h, cluster) + (pin_problems(h) if pin else [])
     out["log_events"] = dict(LOG_EVENTS)
     return out
 
@@ -227,7 +256,7 @@ def _rss_mib() -> float:
 def memory_run(sizes: Sizes, *, trace: bool) -> dict[str, float]:
     """Build the whole state in this (fresh) process, feeding lines as they are generated so
     the generator's own data is not what is measured; then run one admission cycle."""
-    h = Harness()
+    h = _harness(sizes)
     gc.collect()
     baseline = _rss_mib()
     if trace:

@@ -46,7 +46,12 @@ class _NoApiServer:
 
 class Harness:
     """``trace``: record every cycle's outcome there, on a clock that moves one second per cycle
-    (so two code trees can be compared decision by decision; see ``python -m bench --trace``)."""
+    (so two code trees can be compared decision by decision; see ``python -m bench --trace``).
+
+    ``pin``: pinning on explicitly (``Settings.pin_placement``, on by default in production
+    too); what changes with it is the simulator's pod creation (bench/sim.py). Only the pure
+    ``Controller.pins`` and the webhook's pin callback are used: the pinner task, which writes
+    to the API server, is never started. ``topology_levels``: ``Settings.topology_levels``."""
 
     def __init__(
         self,
@@ -54,10 +59,15 @@ class Harness:
         strict_fifo: bool = False,
         starvation_seconds: float = 0.0,
         trace: list[Any] | None = None,
+        pin: bool = False,
+        topology_levels: tuple[str, ...] = (),
     ) -> None:
         # The starvation guard is off by default: the generated Jobs were created days before
         # the run, so with the guard on every cycle would stop at the first job that does not
         # fit (StrictFIFO behind the head of the line) and measure that job, not the core.
+        extra: dict[str, Any] = {"pin_placement": True} if pin else {}
+        if topology_levels:
+            extra["topology_levels"] = topology_levels
         settings = Settings(
             metrics_port=0,
             leader_elect=False,
@@ -65,11 +75,13 @@ class Harness:
             identity="bench",
             strict_fifo=strict_fifo,
             starvation_seconds=starvation_seconds,
+            **extra,
         )
         self.controller = Controller(settings, _NoApiServer())  # type: ignore[arg-type]
         informers = {i.name: i for i in self.controller.informers}
         self.node_informer: Informer[Any] = informers["nodes"]
         self.pod_informer: Informer[Any] = informers["pods"]
+        self.unbound_informer: Informer[Any] = informers["unbound-pods"]
         self.class_informer: Informer[Any] = informers["priorityclasses"]
         self.job_informer: Informer[Any] = informers["jobs"]
         self.queue_informer: Informer[Any] = informers["queues"]
@@ -78,6 +90,7 @@ class Harness:
         self.queue = self.controller.queue
         self.reservations = self.controller.reservations
         self.cycle = self.controller.cycle
+        self.pins = self.controller.pins
         self.adapter = self.tracker.adapters["Job"]
         self.trace = trace
         self._tick = 0.0

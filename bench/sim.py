@@ -5,23 +5,47 @@ admission write: where the admission loop would PATCH ``suspend: false`` and get
 the simulator hands the tracker the patched object directly (``admission_succeeded``, as
 ``AdmissionLoop._admit`` does with the response), then echoes it on the Job watch, then binds the
 job's pods where the reservation put them (ADDED pod lines), as the scheduler would.
+
+With ``pin`` the pods are created the production way instead: for each pod, the AdmissionReview
+the API server would send goes through the webhook's own code (``review_response`` with
+``pod_gate`` and the controller's ``_pin_at_creation``, i.e. ``Pins.pin_at_creation``), decoded
+and the answer encoded as the webhook does; the pod is bound on the node of the hostname it was
+pinned to, and its events reach the controller as they would: ADDED on the watch of unbound pods
+kube-queue placed, ADDED on the bound-pod watch (``PodHandler`` calls ``Pins.bound``), DELETED
+on the unbound watch. That per-pod work, which runs on the controller's event loop, is timed
+(``last_pin_s`` for the last ``admit``, ``pin_per_pod_s`` per pod); generating the lines is not.
+A pod the webhook did not pin (it would be gated and pinned later by the pinner) is bound where
+the reservation is and counted in ``unpinned``.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import random
+import time
+from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from bench.harness import Harness
-from bench.state import Cluster, PodRec, Workload, event, priority_class_lines
-from kubequeue.admission.cycle import CycleResult
+from bench.state import Cluster, NodeRec, PodRec, Workload, event, priority_class_lines
+from kubequeue.admission.cycle import Admission, CycleResult
 from kubequeue.identity import JobKey
+from kubequeue.labels import TOPOLOGY_DOMAIN
+from kubequeue.webhook.mutations import pod_gate
+from kubequeue.webhook.server import review_response
 
 __all__ = ["Simulator"]
 
 
+clock = time.perf_counter
+
+
 class Simulator:
-    def __init__(self, cluster: Cluster, harness: Harness, seed: int = 1) -> None:
+    def __init__(
+        self, cluster: Cluster, harness: Harness, seed: int = 1, *, pin: bool = False
+    ) -> None:
         self.cluster = cluster
         self.h = harness
         self.rng = random.Random(seed)
@@ -29,6 +53,14 @@ class Simulator:
         self.queued: dict[JobKey, Workload] = {}
         self.admitted = 0
         self.finished = 0
+        self.pin = pin
+        self.pinned = 0  # pods the webhook pinned at creation
+        self.unpinned = 0  # pods it answered None for (gated in production): bound as planned
+        self.off_plan = 0  # pinned pods on a node the admission did not name for its job
+        self.last_pin_s = 0.0  # the pinning work of the last admit()
+        self.pin_per_pod_s: list[float] = []
+        self._host: str | None = None
+        self._mutate = functools.partial(pod_gate, pin=self._pin_callback)
 
     # ------------------------------------------------------------------ initial state
     def pod_lines(self) -> list[bytes]:
@@ -68,23 +100,103 @@ class Simulator:
         reservation is. Returns the number of pods bound."""
         h, c = self.h, self.cluster
         bound = 0
+        self.last_pin_s = 0.0
         for admission in result.admitted:
             key = admission.job.key
             w = self.queued.pop(key)
             w.admitted = True
+            # The topology domain the admission write records (the only admission annotation
+            # echoed: the others would change what --trace compares with older trees).
+            w.domain = admission.job.admission_annotations.get(TOPOLOGY_DOMAIN)
             obj = c.job_obj(w, suspend=False)
             h.tracker.admission_succeeded(key, h.adapter, obj)
             h.feed_jobs([event("MODIFIED", obj)])
-            lines: list[bytes] = []
-            for a in admission.assignments:
-                node = c.by_name[a.node]
-                for _ in range(a.count):
-                    lines.append(c.pod_line(c.bind(w, node)))
-            h.feed_pods(lines)
-            bound += len(lines)
+            if self.pin:
+                bound += self._create_pinned(w, admission)
+            else:
+                lines: list[bytes] = []
+                for a in admission.assignments:
+                    node = c.by_name[a.node]
+                    for _ in range(a.count):
+                        lines.append(c.pod_line(c.bind(w, node)))
+                h.feed_pods(lines)
+                bound += len(lines)
             self.running.append(w)
             self.admitted += 1
         return bound
+
+    def _pin_callback(self, obj: dict[str, Any]) -> str | None:
+        self._host = self.h.controller._pin_at_creation(obj)
+        return self._host
+
+    def _create_pinned(self, w: Workload, admission: Admission) -> int:
+        """The Job controller creates the admitted job's pods (each through the webhook), the
+        scheduler binds each on its pinned node. Adds the timed part to ``last_pin_s``."""
+        h, c = self.h, self.cluster
+        planned: Counter[str] = Counter()
+        for a in admission.assignments:
+            planned[a.node] += a.count
+        reviews = [c.pod_review(w) for _ in range(sum(planned.values()))]
+        mutate = self._mutate
+        hosts: list[str | None] = []
+        times: list[float] = []
+        for review in reviews:
+            started = clock()
+            json.dumps(review_response(json.loads(review), mutate))  # the answer's body
+            times.append(clock() - started)
+            hosts.append(self._host)
+            self._host = None
+        nodes: list[NodeRec | None] = []
+        for host in hosts:
+            node = c.by_name.get(host) if host is not None else None  # hostname == node name
+            if node is not None:
+                if planned[node.name] > 0:
+                    planned[node.name] -= 1
+                else:
+                    self.off_plan += 1
+            nodes.append(node)
+        left = [name for name, n in planned.items() for _ in range(n) if n > 0]
+        chosen: list[tuple[NodeRec, str | None, float]] = []
+        for host, node, took in zip(hosts, nodes, times, strict=True):
+            if node is None:
+                self.unpinned += 1
+                node = c.by_name[left.pop() if left else admission.assignments[0].node]
+            else:
+                self.pinned += 1
+            chosen.append((node, host, took))
+        # The scheduler binds them in the order the plan listed their nodes, as without --pin
+        # (the pins come in node-name order): the same pods bound in the same order, so the
+        # decisions can be compared with a run without pinning (--trace).
+        order = {a.node: i for i, a in enumerate(admission.assignments)}
+        chosen.sort(key=lambda x: order.get(x[0].name, len(order)))
+        pods: list[PodRec] = []
+        times = []
+        for node, host, took in chosen:
+            pod = c.bind(w, node)
+            pod.pinned = host
+            pods.append(pod)
+            times.append(took)
+        # Only pinned pods carry the placement label the unbound watch selects on. It sees a
+        # pod created (Pending, no node), then DELETED as it binds and leaves its field
+        # selector (the object as it is then: bound).
+        added = [event("ADDED", c.pod_obj(p, bound=False)) if p.pinned else b"" for p in pods]
+        bound_lines = [c.pod_line(p) for p in pods]
+        gone = [event("DELETED", c.pod_obj(p)) if p.pinned else b"" for p in pods]
+        unbound = h.unbound_informer._dispatch
+        for i, line in enumerate(added):  # the watch of unbound placed pods: created
+            if line:
+                started = clock()
+                unbound(line)
+                times[i] += clock() - started
+        h.feed_pods(bound_lines)  # bound: PodHandler calls Pins.bound, then the cache
+        for i, line in enumerate(gone):  # ... and it left the unbound watch
+            if line:
+                started = clock()
+                unbound(line)
+                times[i] += clock() - started
+        self.pin_per_pod_s.extend(times)
+        self.last_pin_s += sum(times)
+        return len(pods)
 
     # ------------------------------------------------------------------ capacity frees
     def pick_finishing(self, pods: int) -> list[Workload]:

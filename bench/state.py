@@ -13,6 +13,14 @@ never over-commit a node and the bench can check the controller's accounting ind
   fragmented;
 - queued jobs: suspended batch/v1 Jobs of 1-64 pods, 0-8 GPUs per pod, varied CPU/memory,
   PriorityClasses, some with a zone or GPU-product nodeSelector and some tolerating the GPU taint.
+
+With ``Sizes.topology`` the nodes also carry topology levels (labels only: no random draw is
+added, so every other line stays the same): ``example.com/rack`` (racks of 32 nodes within a
+zone, in node order) and, on GPU nodes, ``nvidia.com/gpu.clique`` (the GPU nodes of one product
+in one rack, at most 18 per clique, as a GB200 NVL72 rack of 18 trays). With
+``Sizes.topology_share`` that fraction of the queued multi-pod GPU jobs asks for one rack
+(``kube-queue.io/topology-required: example.com/rack`` on the Job), drawn from a random stream
+of its own so the main stream, and every other job, is unchanged.
 """
 
 from __future__ import annotations
@@ -25,12 +33,22 @@ from typing import Any
 
 import msgspec
 
-from kubequeue.labels import ADMITTED_AT, QUEUE_LABEL
+from kubequeue.labels import (
+    ADMITTED_AT,
+    HOSTNAME,
+    PLACEMENT_LABEL,
+    QUEUE_LABEL,
+    TOPOLOGY_DOMAIN,
+    TOPOLOGY_REQUIRED,
+)
 
 __all__ = [
+    "CLIQUE",
     "GPU",
     "MI",
     "PRIORITY_CLASSES",
+    "RACK",
+    "TOPOLOGY_LEVELS",
     "Cluster",
     "NodeRec",
     "PodRec",
@@ -45,6 +63,12 @@ POD_SLOTS = 110
 GPU_TAINT = ("nvidia.com/gpu", "present", "NoSchedule")
 INFRA_TAINT = ("dedicated", "infra", "NoSchedule")
 ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
+ZONE = "topology.kubernetes.io/zone"
+RACK = "example.com/rack"
+CLIQUE = "nvidia.com/gpu.clique"
+TOPOLOGY_LEVELS = (ZONE, RACK, CLIQUE)  # coarsest first, as --topology-levels takes them
+RACK_NODES = 32
+CLIQUE_NODES = 18
 SIDECAR_CPU_M = 100
 SIDECAR_MEM_MI = 128
 TS = "2026-01-0{}T{:02d}:{:02d}:{:02d}Z"
@@ -87,11 +111,20 @@ class Sizes:
     jobs: int
     seed: int = 6
     queues: int = 0  # Queue objects in a 3-level tree (0: none, every job in the implicit queue)
+    topology: bool = False  # rack and GPU-clique labels on the nodes
+    topology_share: float = 0.0  # of the queued multi-pod GPU jobs, the fraction asking one rack
 
     @classmethod
-    def per_node(cls, nodes: int, seed: int = 6, queues: int = 0) -> Sizes:
+    def per_node(
+        cls,
+        nodes: int,
+        seed: int = 6,
+        queues: int = 0,
+        topology: bool = False,
+        topology_share: float = 0.0,
+    ) -> Sizes:
         """The issue's proportions: 10 running pods and 2 queued jobs per node."""
-        return cls(nodes, nodes * 10, nodes * 2, seed, queues)
+        return cls(nodes, nodes * 10, nodes * 2, seed, queues, topology, topology_share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +174,8 @@ class NodeRec:
     unschedulable: bool
     allocatable: dict[str, int]
     free: dict[str, int]
+    rack: str | None = None
+    clique: str | None = None
 
     def fits(self, request: dict[str, int]) -> bool:
         free = self.free
@@ -160,6 +195,7 @@ class PodRec:
     uid: str
     node: str
     owner: Workload
+    pinned: str | None = None  # the hostname its nodeSelector names (pinned at creation)
 
 
 @dataclass(slots=True, eq=False)
@@ -178,6 +214,8 @@ class Workload:
     tolerations: list[dict[str, str]] = field(default_factory=list)
     admitted: bool = False  # a running Job with kube-queue's annotation
     pods: list[PodRec] = field(default_factory=list)
+    topology: str | None = None  # the node label its pods must share one value of (required)
+    domain: str | None = None  # kube-queue.io/topology-domain its admission recorded
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -194,6 +232,7 @@ class Cluster:
         self.rng = random.Random(sizes.seed)
         self._rv = itertools.count(10_000)
         self._serial = itertools.count(1)
+        self._review = itertools.count(1)
         self.nodes: list[NodeRec] = []
         self.by_name: dict[str, NodeRec] = {}
         self.running: list[Workload] = []
@@ -238,6 +277,23 @@ class Cluster:
             )
             self.nodes.append(rec)
             self.by_name[rec.name] = rec
+        if self.sizes.topology:
+            self._label_topology()
+
+    def _label_topology(self) -> None:
+        """Racks of RACK_NODES nodes within a zone, GPU cliques of one product within a rack,
+        in node order (no random draw: the main stream stays as without labels)."""
+        in_zone: dict[str, int] = {}
+        in_rack: dict[tuple[str, str], int] = {}
+        for rec in self.nodes:
+            zone = rec.zone or "nozone"
+            i = in_zone[zone] = in_zone.get(zone, -1) + 1
+            rec.rack = f"{zone}-r{i // RACK_NODES:04d}"
+            if rec.kind.gpus:
+                k = in_rack[(rec.rack, rec.kind.name)] = (
+                    in_rack.get((rec.rack, rec.kind.name), -1) + 1
+                )
+                rec.clique = f"{rec.rack}.{rec.kind.name}-{k // CLIQUE_NODES}"
 
     def node_obj(self, n: NodeRec) -> dict[str, Any]:
         k = n.kind
@@ -248,8 +304,12 @@ class Cluster:
             "node.kubernetes.io/instance-type": k.instance,
         }
         if n.zone:
-            labels["topology.kubernetes.io/zone"] = n.zone
+            labels[ZONE] = n.zone
             labels["topology.kubernetes.io/region"] = "eu-west-1"
+        if n.rack:
+            labels[RACK] = n.rack
+        if n.clique:
+            labels[CLIQUE] = n.clique
         alloc = {
             "cpu": f"{k.cpu_m}m",
             "memory": f"{k.mem_mi * 1024}Ki",
@@ -431,6 +491,8 @@ class Cluster:
     # ------------------------------------------------------------------ queued jobs
     def queued_jobs(self) -> Iterator[Workload]:
         rng = self.rng
+        share = self.sizes.topology_share
+        topology_rng = random.Random(f"{self.sizes.seed}-topology")  # its own stream
         classes = [c for c, weight in _JOB_CLASSES for _ in range(weight)]
         for i in range(self.sizes.jobs):
             bucket = rng.random()
@@ -476,30 +538,20 @@ class Cluster:
                 node_selector=selector,
                 tolerations=tolerations,
             )
+            if share and g and count > 1 and topology_rng.random() < share:
+                w.topology = RACK
             if self.keep:
                 self.queued.append(w)
             yield w
 
     # ------------------------------------------------------------------ objects
     def pod_obj(
-        self, pod: PodRec, *, phase: str = "Running", deleting: bool = False
+        self, pod: PodRec, *, phase: str = "Running", deleting: bool = False, bound: bool = True
     ) -> dict[str, Any]:
+        """The pod as its watch has it; ``bound=False``: created and not scheduled yet (what the
+        watch of unbound pods kube-queue placed sees: Pending, no nodeName)."""
         w = pod.owner
         ts = w.created
-        if w.kind == "Job":
-            labels = {
-                "batch.kubernetes.io/controller-uid": w.uid,
-                "batch.kubernetes.io/job-name": w.name,
-                "team": w.namespace,
-            }
-            api_version = "batch/v1"
-        else:
-            labels = {
-                "app": w.name,
-                "pod-template-hash": pod.name.split("-")[-2],
-                "team": w.namespace,
-            }
-            api_version = "apps/v1"
         meta: dict[str, Any] = {
             "name": pod.name,
             "generateName": pod.name[:-5],
@@ -507,26 +559,24 @@ class Cluster:
             "uid": pod.uid,
             "resourceVersion": self._rv_str(),
             "creationTimestamp": ts,
-            "labels": labels,
-            "ownerReferences": [
-                {
-                    "apiVersion": api_version,
-                    "kind": w.kind,
-                    "name": w.name,
-                    "uid": w.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            **self._pod_meta(pod.name, w),
         }
+        if pod.pinned is not None:
+            meta["labels"][PLACEMENT_LABEL] = "pinned"
         if deleting:
             meta["deletionTimestamp"] = ts
             meta["deletionGracePeriodSeconds"] = 30
-        spec = _pod_spec(w)
-        spec["nodeName"] = pod.node
-        spec["serviceAccountName"] = "default"
-        spec["priority"] = PRIORITY_CLASSES.get(w.priority_class or "", 0)
-        spec["tolerations"] = [*w.tolerations, *_DEFAULT_TOLERATIONS]
+        spec = self._created_spec(w, pod.node if bound else None)
+        if pod.pinned is not None:
+            spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME: pod.pinned}
+        if not bound:
+            return {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": meta,
+                "spec": spec,
+                "status": {"phase": "Pending", "qosClass": "Burstable"},
+            }
         return {
             "kind": "Pod",
             "apiVersion": "v1",
@@ -563,6 +613,81 @@ class Cluster:
                 ],
             },
         }
+
+    def _pod_meta(self, name: str, w: Workload) -> dict[str, Any]:
+        """A pod's labels and owner (from its name, as the ReplicaSet's template hash is)."""
+        if w.kind == "Job":
+            labels = {
+                "batch.kubernetes.io/controller-uid": w.uid,
+                "batch.kubernetes.io/job-name": w.name,
+                "team": w.namespace,
+            }
+            api_version = "batch/v1"
+        else:
+            labels = {
+                "app": w.name,
+                "pod-template-hash": name.split("-")[-2],
+                "team": w.namespace,
+            }
+            api_version = "apps/v1"
+        return {
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": api_version,
+                    "kind": w.kind,
+                    "name": w.name,
+                    "uid": w.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        }
+
+    def _created_spec(self, w: Workload, node: str | None = None) -> dict[str, Any]:
+        """The pod spec as created: the template's, with what the API server's own admission
+        plugins add before any webhook sees it (service account, priority, default
+        tolerations); and ``nodeName`` once bound."""
+        spec = _pod_spec(w)
+        if node is not None:
+            spec["nodeName"] = node
+        spec["serviceAccountName"] = "default"
+        spec["priority"] = PRIORITY_CLASSES.get(w.priority_class or "", 0)
+        spec["tolerations"] = [*w.tolerations, *_DEFAULT_TOLERATIONS]
+        return spec
+
+    def pod_review(self, w: Workload) -> bytes:
+        """The AdmissionReview the API server sends kube-queue's pod webhook when the Job
+        controller creates a pod of ``w``: no name or uid yet, only generateName (Pins pins such
+        a pod by its job, not by itself)."""
+        meta: dict[str, Any] = {"generateName": f"{w.name}-", "namespace": w.namespace}
+        meta.update(self._pod_meta(f"{w.name}-xxxxx", w))
+        obj = {"kind": "Pod", "apiVersion": "v1", "metadata": meta, "spec": self._created_spec(w)}
+        obj["status"] = {}
+        n = next(self._review)
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": f"00000000-0000-4000-8000-{n:012d}",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": w.namespace,
+                "operation": "CREATE",
+                "userInfo": {
+                    "username": "system:serviceaccount:kube-system:job-controller",
+                    "uid": "8d6f0c3e-0000-4000-8000-000000000001",
+                    "groups": ["system:serviceaccounts", "system:authenticated"],
+                },
+                "object": obj,
+                "oldObject": None,
+                "dryRun": False,
+                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            },
+        }
+        return _encode(review)
 
     def pod_line(self, pod: PodRec, type_: str = "ADDED") -> bytes:
         if type_ == "DELETED":
@@ -612,6 +737,10 @@ class Cluster:
         annotations = {"team.example.com/owner": f"{w.namespace}-lead"}
         if w.admitted:
             annotations[ADMITTED_AT] = "2026-01-06T00:00:00Z"
+        if w.topology is not None:
+            annotations[TOPOLOGY_REQUIRED[0]] = w.topology
+        if w.domain is not None:
+            annotations[TOPOLOGY_DOMAIN] = w.domain
         spec = _pod_spec(w)
         if w.priority_class:
             spec["priorityClassName"] = w.priority_class
