@@ -477,3 +477,49 @@ def test_an_admitted_gangs_missing_pods_are_held_in_the_domain_its_admission_rec
     assert observe(f"other={rack}=r1") == ["r0-a"], "another pod set's domain"
     for forged in ("r1", f"{rack}=", "=r1", f"{rack}=r1=x=y", f"{rack}=no-such-rack,,", "x" * 5000):
         assert observe(forged) == ["r0-a"], forged
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    nodes=st.lists(
+        st.tuples(
+            st.sampled_from(["r0", "r1", "r2", None]),
+            st.sampled_from(["a", "b", None]),  # another label the pods may select
+            st.booleans(),  # cordoned
+            st.booleans(),  # tainted
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    selector=st.sampled_from([(), (("pool", "a"),), ((RACK, "r1"),)]),
+    tolerate=st.booleans(),
+)
+def test_a_domains_feasible_nodes_come_from_its_own_nodes_and_equal_a_full_scan(
+    nodes: list[tuple[str | None, str | None, bool, bool]],
+    selector: tuple[tuple[str, str], ...],
+    tolerate: bool,
+) -> None:
+    """confine(..., cache) seeds feasible(confined) from the domain's nodes (a rack's, not
+    the cluster's): the same set a scan of every node against the confined constraints finds."""
+    from kubequeue.capacity.topology import confine
+    from kubequeue.scheduling import Toleration
+
+    cache = CapacityCache()
+    for i, (rack, pool, cordoned, tainted) in enumerate(nodes):
+        labels = {k: v for k, v in ((RACK, rack), ("pool", pool)) if v is not None}
+        taints = [{"key": "gpu", "effect": "NoSchedule"}] if tainted else None
+        cache.upsert_node(b.node(f"n{i}", labels=labels, taints=taints, unschedulable=cordoned))
+    tolerations = (Toleration("gpu", "Exists", None, "NoSchedule"),) if tolerate else ()
+    base = PodSet("w", 1, {"cpu": 1000}, NodeConstraints(selector, (), tolerations))
+    for domain in ("r0", "r1", "r2", "r9"):
+        confined = confine([base], RACK, domain, cache)
+        if not confined:
+            assert dict(selector).get(RACK) not in (None, domain)
+            continue
+        seeded = cache.feasible(confined[0].constraints)
+        c = confined[0].constraints
+        scanned = frozenset(
+            n.name for n in cache.nodes.values()
+            if n.schedulable and c.allows(n.name, n.labels, n.taints)
+        )
+        assert seeded == scanned, (domain, seeded, scanned)

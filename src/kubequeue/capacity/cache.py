@@ -550,6 +550,19 @@ class CapacityCache:
             self._feasible[constraints] = found
         return found
 
+    def confined_feasible(
+        self, base: NodeConstraints, confined: NodeConstraints, level: str, domain: str
+    ) -> frozenset[str]:
+        """``feasible(confined)`` for ``confined`` = ``base`` plus the node selector
+        ``level=domain``: the domain's nodes that ``base`` allows (the same set, from a
+        rack's nodes instead of every node), memoised as ``feasible(confined)``."""
+        found = self._feasible.get(confined)
+        if found is None:
+            allowed = self.feasible(base)
+            members = self.domains(level).get(domain, ())
+            found = self._feasible[confined] = frozenset(n for n in members if n in allowed)
+        return found
+
     def hostname(self, node: str) -> str:
         """The node's ``kubernetes.io/hostname`` label, what a pinned pod's nodeSelector names
         ("" when the node is unknown or has none)."""

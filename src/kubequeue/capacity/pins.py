@@ -31,6 +31,7 @@ Pure and synchronous; the pinner calls ``take`` and ``choose`` and does the writ
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -118,6 +119,9 @@ class Pins:
         # ordered between them): still counted, their slot (or reserved room) taken, until the
         # bound event or, for a pod deleted unbound, a deadline.
         self._leaving: dict[str, tuple[tuple[JobKey, str, str] | None, _Extra | None, float]] = {}
+        # The earliest deadline of either (a burst creates thousands of pods before the
+        # watches show them: ``_expire`` must not walk them all for each new pod).
+        self._next_expiry = math.inf
         self.clock: Callable[[], float] = time.monotonic
 
     # ----------------------------------------------------------------- pod events
@@ -174,7 +178,9 @@ class Pins:
         if self._cache.is_bound(uid):  # its bound event came first: the cache counts it
             self._release(slot, extra)
             return
-        self._leaving[uid] = (slot, extra, self.clock() + _PROVISIONAL_S)
+        deadline = self.clock() + _PROVISIONAL_S
+        self._leaving[uid] = (slot, extra, deadline)
+        self._next_expiry = min(self._next_expiry, deadline)
 
     def _release(self, slot: tuple[JobKey, str, str] | None, extra: _Extra | None) -> None:
         if slot is not None:
@@ -336,7 +342,9 @@ class Pins:
         host = self._cache.hostname(node) if node is not None else ""
         if not host:
             return None
-        self._provisional.setdefault((job, host, name), []).append(self.clock() + _PROVISIONAL_S)
+        deadline = self.clock() + _PROVISIONAL_S
+        self._provisional.setdefault((job, host, name), []).append(deadline)
+        self._next_expiry = min(self._next_expiry, deadline)
         self._per_job.setdefault(job, Counter())[(host, name)] += 1
         return host
 
@@ -376,21 +384,24 @@ class Pins:
         return True
 
     def _expire(self) -> None:
-        if self._leaving:
-            now = self.clock()
-            for uid, (slot, extra, deadline) in list(self._leaving.items()):
-                if deadline < now:
-                    del self._leaving[uid]
-                    self._release(slot, extra)
-        if not self._provisional:
-            return
         now = self.clock()
+        if now <= self._next_expiry:
+            return
+        for uid, (slot, extra, deadline) in list(self._leaving.items()):
+            if deadline < now:
+                del self._leaving[uid]
+                self._release(slot, extra)
         for key, deadlines in list(self._provisional.items()):
             while deadlines and deadlines[0] < now:
                 deadlines.pop(0)
                 self._decrement(*key)
             if not deadlines:
                 del self._provisional[key]
+        self._next_expiry = min(
+            [d for _, _, d in self._leaving.values()]
+            + [deadlines[0] for deadlines in self._provisional.values()],
+            default=math.inf,
+        )
 
     def _decrement(self, job: JobKey, host: str, key: str) -> None:
         counts = self._per_job.get(job)

@@ -125,7 +125,7 @@ def within_recorded(
         mine = [d for d in domains if d.pod_set in (None, ps.name)]
         confined = [ps]
         if len(mine) == 1 and mine[0].domain in cache.domains(mine[0].level):
-            confined = confine([ps], mine[0].level, mine[0].domain) or [ps]
+            confined = confine([ps], mine[0].level, mine[0].domain, cache) or [ps]
         out.append(confined[0])
     return out
 
@@ -139,8 +139,13 @@ def request_of(pod_sets: Sequence[PodSet]) -> TopologyRequest | None:
     return required[0] if required else asked[0]
 
 
-def confine(pod_sets: Sequence[PodSet], level: str, domain: str) -> list[PodSet]:
-    """The pod sets, allowed only onto the domain's nodes."""
+def confine(
+    pod_sets: Sequence[PodSet], level: str, domain: str, cache: CapacityCache | None = None
+) -> list[PodSet]:
+    """The pod sets, allowed only onto the domain's nodes. With ``cache``, the nodes each
+    confined set may use are worked out from the domain's own nodes (``confined_feasible``),
+    not by testing every node of the cluster against the new constraints: with thousands of
+    racks, one such scan per rack tried made topology placement cost nodes x racks."""
     out = []
     for ps in pod_sets:
         c = ps.constraints
@@ -149,6 +154,8 @@ def confine(pod_sets: Sequence[PodSet], level: str, domain: str) -> list[PodSet]
             return []  # its own nodeSelector names another domain of this level
         selector[level] = domain
         confined = NodeConstraints(tuple(sorted(selector.items())), c.terms, c.tolerations)
+        if cache is not None:
+            cache.confined_feasible(c, confined, level, domain)
         out.append(replace(ps, constraints=confined))
     return out
 
@@ -189,7 +196,7 @@ def place_together(
         for left, domain in candidates:
             if best is not None and left != best[0][:2]:
                 break
-            confined = confine(pod_sets, level, domain)
+            confined = confine(pod_sets, level, domain, cache)
             placed = place(confined, cache) if confined else None
             if placed is None:
                 continue
@@ -320,7 +327,7 @@ def explain_together(
         return f"needs {shape} in one {level}, and no schedulable node has the label {level}"
     best_room, best_domain = -1, ""
     for domain in sorted(domains):
-        confined = confine(pod_sets, level, domain)
+        confined = confine(pod_sets, level, domain, cache)
         if not confined:
             continue
         if not explain(confined, cache, empty_cluster=empty_cluster):
