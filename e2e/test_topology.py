@@ -98,3 +98,39 @@ async def test_a_gang_requiring_a_rack_lands_in_one_rack_not_in_scattered_room(
                     if e["reason"] == "Queued"]
         assert f"in one {RACK}" in queued["message"], queued["message"]
         assert "the best domain" in queued["message"]
+
+
+async def test_a_preferred_gang_no_rack_holds_spreads_over_the_fewest_racks(
+    kubectl: Kubectl, cluster: ClusterHandle, namespace: str, fake_nodes: FakeNodes,
+    kube_queue: StartController,
+) -> None:
+    """Racks pa (two whole 8-GPU nodes), pb and pc (one node each, 4 GPUs used). A gang of 5 x
+    4 GPUs that prefers one rack fits in none: it goes over two racks (pa's 4 pods and one
+    more), not three, as the plain fit would (the 4-GPU holes of pb and pc first)."""
+    async with pinning(kubectl, cluster, namespace, kube_queue):
+        specs = [NodeSpec("pa-0", gpus=8, labels={RACK: "pa"}),
+                 NodeSpec("pa-1", gpus=8, labels={RACK: "pa"}),
+                 NodeSpec("pb-0", gpus=8, labels={RACK: "pb"}),
+                 NodeSpec("pc-0", gpus=8, labels={RACK: "pc"})]
+        nodes = await fake_nodes.create(*specs)
+        by_spec = dict(zip((s.name for s in specs), nodes, strict=True))
+        rack_of = {by_spec[s.name]: s.labels[RACK] for s in specs}
+        for spec in ("pb-0", "pc-0"):
+            await _filler(kubectl, namespace, by_spec[spec], 4)
+        spread = job("spread", gpus=4, pods=5)
+        spread["metadata"]["annotations"] = {"kube-queue.io/topology-preferred": RACK}
+        async with gpu_overcommit_watch(kubectl, nodes, unschedulable_grace_s=3.0) as seen:
+            await kubectl.apply(spread, "-n", namespace)
+
+            async def bound() -> bool:
+                pods = await _pods(kubectl, namespace, "spread-")
+                return len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods)
+
+            await wait_until("the gang bound", bound, timeout_s=60)
+        assert not seen.violations, seen.violations
+        pods = await _pods(kubectl, namespace, "spread-")
+        on = [p["spec"]["nodeName"] for p in pods]
+        assert {rack_of[n] for n in on} in ({"pa", "pb"}, {"pa", "pc"}), on
+        assert on.count(by_spec["pa-0"]) == 2 and on.count(by_spec["pa-1"]) == 2, on
+        annotations = (await get_job(kubectl, namespace, "spread"))["metadata"]["annotations"]
+        assert "kube-queue.io/topology-domain" not in annotations  # spread: no one domain

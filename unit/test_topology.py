@@ -523,3 +523,42 @@ def test_a_domains_feasible_nodes_come_from_its_own_nodes_and_equal_a_full_scan(
             if n.schedulable and c.allows(n.name, n.labels, n.taints)
         )
         assert seeded == scanned, (domain, seeded, scanned)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nodes=st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["r0", "r1", "r2", "r3"])),
+                   min_size=1, max_size=10),
+    pods=st.integers(1, 12),
+    gpus=st.integers(1, 4),
+)
+def test_a_preferred_gang_no_rack_holds_goes_over_the_fewest_racks(
+    nodes: list[tuple[int, str]], pods: int, gpus: int
+) -> None:
+    """Preferred, and no one rack holds it: as few racks as any placement could use (brute
+    force: the racks' pod counts, largest first), every node within its room."""
+    cache = cluster([(f"n{i}", free, rack) for i, (free, rack) in enumerate(nodes)])
+    holds: Counter[str] = Counter()
+    for free, rack in nodes:
+        holds[rack] += free // gpus
+    found = place_together(gang(pods, gpus, required=False), cache)
+    if max(holds.values()) >= pods:
+        assert found is not None and found.domain is not None  # one rack: the usual path
+        return
+    if sum(holds.values()) < pods:
+        assert found is None
+        return
+    fewest, covered = 0, 0
+    for held in sorted(holds.values(), reverse=True):
+        if covered >= pods:
+            break
+        fewest, covered = fewest + 1, covered + held
+    assert found is not None and found.domain is None
+    per_node: Counter[str] = Counter()
+    for a in found.assignments:
+        per_node[a.node] += a.count
+    assert sum(per_node.values()) == pods
+    for node, count in per_node.items():
+        assert count * gpus * 1000 <= cache.nodes[node].free[GPU]
+    racks = {cache.nodes[n].labels[RACK] for n in per_node}
+    assert len(racks) == fewest, (racks, fewest, dict(holds))

@@ -88,6 +88,15 @@ def place_counted(ps: PodSet, cache: CapacityCache) -> tuple[list[Assignment] | 
     return out, ps.count
 
 
+def place_some(
+    ps: PodSet, cache: CapacityCache, taken: dict[str, Resources], out: list[Assignment]
+) -> int:
+    """As many of ``ps``'s pods as fit, on room not in ``taken`` (charged with them, and
+    appended to ``out``); returns the pods left over. For placements built in steps
+    (capacity/topology.py: a gang spread over as few domains as possible)."""
+    return _place_set(ps, cache, taken, out)
+
+
 def _place_set(
     ps: PodSet, cache: CapacityCache, scratch: dict[str, Resources], out: list[Assignment]
 ) -> int:

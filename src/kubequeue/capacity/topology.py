@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from kubequeue import resources
 from kubequeue.capacity.cache import CapacityCache
-from kubequeue.capacity.fit import Assignment, explain, place, place_counted
+from kubequeue.capacity.fit import Assignment, explain, place, place_counted, place_some
 from kubequeue.demand import PodSet
 from kubequeue.resources import GPU
 from kubequeue.scheduling import NodeConstraints, TopologyRequest, is_label_key
@@ -181,9 +181,12 @@ def place_together(
         return Placed(placed, None, None) if placed is not None else None
     need_gpu = sum(ps.request.get(GPU, 0) * ps.count for ps in pod_sets)
     need_cpu = sum(ps.request.get("cpu", 0) * ps.count for ps in pod_sets)
+    fewest = not request.required
     for level in _levels(request, declared):
         if level is None:
-            placed = place(pod_sets, cache)
+            placed = _fewest(pod_sets, cache, request.level) if fewest else None
+            if placed is None:
+                placed = place(pod_sets, cache)
             return Placed(placed, None, None) if placed is not None else None
         # Tightest first: the first domain that holds the gang is the best one, but for ties
         # (the same room left), among which fewer nodes and then the name decide.
@@ -198,6 +201,10 @@ def place_together(
                 break
             confined = confine(pod_sets, level, domain, cache)
             placed = place(confined, cache) if confined else None
+            if placed is not None and fewest and level != request.level:
+                # A coarser domain of a preferred gang: within it, the fewest of the asked
+                # level's domains (one block, and in it as few racks as possible).
+                placed = _fewest(confined, cache, request.level) or placed
             if placed is None:
                 continue
             key = (*left, len({a.node for a in placed}), domain)
@@ -206,6 +213,51 @@ def place_together(
         if best is not None:
             return best[1]
     return None
+
+
+def _fewest(
+    pod_sets: Sequence[PodSet], cache: CapacityCache, level: str
+) -> list[Assignment] | None:
+    """A preferred gang that no one domain of ``level`` holds, over as few of them as possible:
+    domains in the order of how many of its pods each holds, each taking as many as fit. For
+    one pod set (identical pods) that is the fewest domains: what one domain takes does not
+    change what another holds, so the largest counts first cover the gang soonest. For several
+    pod sets the domains go by free GPUs (then CPU), close to it. None if the domains together
+    cannot hold the gang (nodes without the label may: the caller then places anywhere)."""
+    rooms = cache.domain_free(level)
+    if len(pod_sets) == 1:
+        counts = []
+        for domain in rooms:
+            confined = confine(pod_sets, level, domain, cache)
+            held = place_counted(confined[0], cache)[1] if confined else 0
+            if held:
+                counts.append((-held, domain))
+        order = [domain for _, domain in sorted(counts)]
+    else:
+        order = [d for d, _ in sorted(rooms.items(), key=lambda i: (-i[1][0], -i[1][1], i[0]))]
+    taken: dict[str, dict[str, int]] = {}
+    out: list[Assignment] = []
+    for ps in pod_sets:
+        left = ps.count
+        for domain in order:
+            if not left:
+                break
+            confined = confine([replace(ps, count=left)], level, domain, cache)
+            if confined:
+                left = place_some(confined[0], cache, taken, out)
+        if left:
+            return None
+    return _merged(out)
+
+
+def _merged(assignments: list[Assignment]) -> list[Assignment]:
+    """One assignment per (pod set, node), as ``place`` reports them."""
+    merged: dict[tuple[str, str], Assignment] = {}
+    for a in assignments:
+        key = (a.pod_set, a.node)
+        found = merged.get(key)
+        merged[key] = a if found is None else replace(found, count=found.count + a.count)
+    return list(merged.values())
 
 
 def place_job(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignment] | None:
