@@ -42,6 +42,16 @@ async def _pods(kubectl: Kubectl, namespace: str, prefix: str) -> list[dict[str,
     return [p for p in found if p["metadata"]["name"].startswith(prefix)]
 
 
+async def _all_bound(kubectl: Kubectl, namespace: str, prefix: str, count: int) -> None:
+    """Wait until the gang's ``count`` pods exist and are all bound to nodes."""
+
+    async def bound() -> bool:
+        pods = await _pods(kubectl, namespace, prefix)
+        return len(pods) == count and all(p["spec"].get("nodeName") for p in pods)
+
+    await wait_until(f"the {prefix.rstrip('-')} gang bound", bound, timeout_s=60)
+
+
 async def test_a_gang_requiring_a_rack_lands_in_one_rack_not_in_scattered_room(
     kubectl: Kubectl, cluster: ClusterHandle, namespace: str, fake_nodes: FakeNodes,
     kube_queue: StartController,
@@ -64,12 +74,7 @@ async def test_a_gang_requiring_a_rack_lands_in_one_rack_not_in_scattered_room(
         too_big["metadata"]["annotations"] = asks
         async with gpu_overcommit_watch(kubectl, nodes, unschedulable_grace_s=3.0) as seen:
             await kubectl.apply(gang, "-n", namespace)
-
-            async def bound() -> bool:
-                pods = await _pods(kubectl, namespace, "gang-")
-                return len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods)
-
-            await wait_until("the gang bound", bound, timeout_s=60)
+            await _all_bound(kubectl, namespace, "gang-", 2)
             await kubectl.apply(too_big, "-n", namespace)
 
             async def told() -> bool:
@@ -121,12 +126,7 @@ async def test_a_preferred_gang_no_rack_holds_spreads_over_the_fewest_racks(
         spread["metadata"]["annotations"] = {"kube-queue.io/topology-preferred": RACK}
         async with gpu_overcommit_watch(kubectl, nodes, unschedulable_grace_s=3.0) as seen:
             await kubectl.apply(spread, "-n", namespace)
-
-            async def bound() -> bool:
-                pods = await _pods(kubectl, namespace, "spread-")
-                return len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods)
-
-            await wait_until("the gang bound", bound, timeout_s=60)
+            await _all_bound(kubectl, namespace, "spread-", 5)
         assert not seen.violations, seen.violations
         pods = await _pods(kubectl, namespace, "spread-")
         on = [p["spec"]["nodeName"] for p in pods]

@@ -64,9 +64,16 @@ class World:
         return owner
 
     def hold(self, job: JobKey, pods: int, gpus: int = 1) -> list[tuple[str, int]]:
+        placed = self.hold_if_fits(job, pods, gpus)
+        assert placed is not None
+        return placed
+
+    def hold_if_fits(self, job: JobKey, pods: int, gpus: int = 1) -> list[tuple[str, int]] | None:
+        """Admit ``job`` (pods x gpus) with real holds where the fit puts them, if it fits."""
         ps = [PodSet("main", pods, request(gpus), NodeConstraints())]
         placed = place(ps, self.cache)
-        assert placed is not None
+        if placed is None:
+            return None
         self.reservations.hold(job, ps, placed)
         return [(a.node, a.count) for a in placed]
 
@@ -172,12 +179,10 @@ def test_pins_never_put_more_pods_on_a_node_than_its_jobs_hold_or_its_room(
     w = World(*((f"n{i}", g) for i, g in enumerate(nodes)), admitted=tuple(keys))
     holds: dict[JobKey, Counter[str]] = {}
     for key, (pods, gpus) in zip(keys, jobs, strict=True):
-        ps = [PodSet("main", pods, request(gpus), NodeConstraints())]
-        placed = place(ps, w.cache)
+        placed = w.hold_if_fits(key, pods, gpus)
         if placed is None:
             continue
-        w.reservations.hold(key, ps, placed)
-        holds[key] = Counter({a.node: a.count for a in placed})
+        holds[key] = Counter(dict(placed))
         for i in range(pods + extra):
             w.gate(unbound_pod(f"{key[2]}-{i}", gpus=gpus, owner=key[2]), key)
         pinned = Counter[str]()

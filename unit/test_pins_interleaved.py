@@ -15,15 +15,12 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubequeue.capacity.fit import place
-from kubequeue.demand import PodSet
 from kubequeue.identity import JobKey
 from kubequeue.labels import HOSTNAME, PLACEMENT_LABEL
 from kubequeue.objects import Pod
 from kubequeue.resources import GPU
-from kubequeue.scheduling import NodeConstraints
 from unit import builders as b
-from unit.test_pins import World, request
+from unit.test_pins import World
 
 
 def _pod(uid: str, job: str, gpus: int, host: str | None, node: str | None, phase: str) -> Pod:
@@ -59,11 +56,8 @@ def test_no_node_is_promised_more_pods_than_it_has_room_for(
     # Pods still to be created per job, and their GPUs; admitted jobs only.
     to_create: list[tuple[JobKey, int, int]] = []
     for key, (pods, gpus) in zip(keys, jobs, strict=True):
-        ps = [PodSet("main", pods, request(gpus), NodeConstraints())]
-        placed = place(ps, w.cache)
-        if placed is None:
+        if w.hold_if_fits(key, pods, gpus) is None:
             continue
-        w.reservations.hold(key, ps, placed)
         to_create += [(key, gpus, i) for i in range(pods)]
     rng.shuffle(to_create)
     unbound_watch: list[Pod] = []  # events not delivered yet, in order

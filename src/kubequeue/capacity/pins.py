@@ -352,12 +352,8 @@ class Pins:
         """A pod is bound (the bound watch): it counts as pinned-and-unbound no more, and a pod
         pinned at creation that was never seen unbound takes its provisional count with it."""
         uid = pod.metadata.uid
-        if uid in self._unbound or uid in self._extra:
+        if uid in self._unbound or uid in self._extra or uid in self._leaving:
             self._uncount(uid)
-            return
-        leaving = self._leaving.pop(uid, None)
-        if leaving is not None:
-            self._release(leaving[0], leaving[1])
             return
         if self._cache.is_bound(uid) or pod.status.phase in _ENDED:
             # Not its bind: a later event of a pod the cache counts already (the caller calls

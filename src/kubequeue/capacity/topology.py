@@ -264,8 +264,6 @@ def place_job(pod_sets: Sequence[PodSet], cache: CapacityCache) -> list[Assignme
     """``fit.place`` for any job: in one domain when it asks for a topology. What admission,
     preemption (victims are chosen so the room they free is in one domain) and node holds
     (a starved gang gets a domain held, not scattered nodes) all place with."""
-    if all(ps.topology is None for ps in pod_sets):
-        return place(pod_sets, cache)
     found = place_job_in(pod_sets, cache)
     return found.assignments if found is not None else None
 
