@@ -8,6 +8,9 @@ reference without (every queued job visited on every cycle). After every cycle, 
 user or the loop sees must be identical: the admissions (order and placement), preemptions,
 requeues, Events, the evaluated/waiting counts, the blocked lines, and each queued job's
 reasons, explanation time and verdict memos.
+
+Nor does running a cycle in slices (AdmissionCycle.slices, as the admission loop does): the
+controller with parking also stops its cycles at every job, the reference runs them in one go.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kubequeue.admission import cycle as cycle_module
 from kubequeue.admission import parking
 from kubequeue.admission.cycle import AdmissionCycle, CycleResult
 from kubequeue.admission.preemption import PreemptionPolicy
@@ -77,6 +81,7 @@ class World:
 
     def __init__(self, config: dict[str, Any], parked: bool) -> None:
         self.config = config
+        self.parked = parked
         self.now = 1000.0  # monotonic
         self.wall = START + 120.0
         cache = CapacityCache()
@@ -134,7 +139,11 @@ class World:
     def run_cycle(self, *, split: bool = False) -> tuple[Any, ...]:
         # split: the decisions only, as the admission loop runs them; the reasons they leave due
         # are written by the next settle or cycle, after whatever events come in between.
-        r = self.cycle.decide() if split else self.cycle.run()
+        # The parked world also runs each cycle in the admission loop's slices, as small as
+        # they get (it stops at every job), so this compares slicing too.
+        r = sliced(self.cycle) if self.parked else self.cycle.decide()
+        if not split:
+            r.notices.extend(self.cycle.explain_deferred())
         self.pending.extend(r.admitted)
         for plan in r.preemptions:
             self.victims.extend((v.key[2], "/".join(plan.job.key)) for v in plan.victims)
@@ -428,6 +437,17 @@ op_st = st.one_of(
 )
 
 
+def sliced(cycle: AdmissionCycle) -> CycleResult:
+    """The cycle as the admission loop runs it, stopped at every chance (a zero budget)."""
+    steps = cycle.slices(0.0)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: CycleResult = done.value
+            return result
+
+
 def check(
     config: dict[str, Any],
     nodes: list[tuple[Any, ...]],
@@ -436,8 +456,10 @@ def check(
 ) -> None:
     worlds = [World(dict(config, teams=list(config["teams"])), on) for on in (True, False)]
     slack, factor = parking.COMPACT_SLACK, parking.COMPACT_FACTOR
+    mask = cycle_module._CLOCK_MASK
     # Compact the heaps at every push (as they are, now and then, with many parked jobs).
     parking.COMPACT_SLACK = parking.COMPACT_FACTOR = 0
+    cycle_module._CLOCK_MASK = 0  # a slicing cycle looks at the clock at every job
     try:
         for w in worlds:
             for op in [*nodes, *jobs]:
@@ -449,6 +471,7 @@ def check(
                 assert parked == reference, (step, op)
     finally:
         parking.COMPACT_SLACK, parking.COMPACT_FACTOR = slack, factor
+        cycle_module._CLOCK_MASK = mask
 
 
 def worlds(config: st.SearchStrategy[Any], ops: st.SearchStrategy[Any]) -> Any:

@@ -48,6 +48,7 @@ from kubequeue.health import HealthServer
 from kubequeue.kinds.registry import adapters_for
 from kubequeue.kube.client import KubeClient, KubeError, PoolLimits, connect
 from kubequeue.kube.events import EventRecorder
+from kubequeue.kube.gate import DecisionGate
 from kubequeue.kube.informer import Informer, dict_codec, struct_codec
 from kubequeue.kube.lease import LeaderElector
 from kubequeue.kube.queue_status import QUEUE_API, QueueStatusWriter
@@ -121,19 +122,36 @@ class Controller:
                 backoff=settings.requeue_backoff,
             ),
         )
+        # Closed while an admission cycle runs in slices: whatever would change the state it
+        # decides on waits (kube/gate.py). The Lease's own client does not.
+        self.gate = DecisionGate()
+        client.gate = self.gate
         self.loop = AdmissionLoop(
-            self.tracker, self.cycle, client, self.events, max_inflight=settings.max_inflight
+            self.tracker,
+            self.cycle,
+            client,
+            self.events,
+            max_inflight=settings.max_inflight,
+            gate=self.gate,
         )
         self._owner_of = pod_owner_finder(self.adapters)
         self.pins = Pins(
             self.cache, self.reservations, self.tracker.resolve_pod, self.tracker.is_admitted
         )
         self.pinner = Pinner(
-            self.pins, client, pin=settings.pin_placement, max_inflight=settings.max_inflight
+            self.pins,
+            client,
+            pin=settings.pin_placement,
+            max_inflight=settings.max_inflight,
+            gate=self.gate,
         )
         self.queues = QueueHandler(self.tracker)
         self.queue_status = QueueStatusWriter(
-            client, self._desired_queue_status, lambda: self.queues.observed, self.events
+            client,
+            self._desired_queue_status,
+            lambda: self.queues.observed,
+            self.events,
+            gate=self.gate,
         )
         self.ready = False
         self.leading = not settings.leader_elect
@@ -163,6 +181,7 @@ class Controller:
                 struct_codec(Node, lambda n: n.metadata.name),
                 NodeHandler(self.cache),
                 watch_timeout=s.watch_timeout,
+                gate=self.gate,
             ),
             Informer(
                 c,
@@ -178,6 +197,7 @@ class Controller:
                 ),
                 field_selector=POD_FIELD_SELECTOR,
                 watch_timeout=s.watch_timeout,
+                gate=self.gate,
             ),
             Informer(
                 c,
@@ -188,6 +208,7 @@ class Controller:
                 field_selector=UNBOUND_POD_FIELD_SELECTOR,
                 label_selector=PLACEMENT_LABEL,
                 watch_timeout=s.watch_timeout,
+                gate=self.gate,
             ),
             Informer(
                 c,
@@ -196,6 +217,7 @@ class Controller:
                 dict_codec(),
                 PriorityClassHandler(self.tracker),
                 watch_timeout=s.watch_timeout,
+                gate=self.gate,
                 resync=s.resync_seconds,
             ),
             # Namespaces and Queues before the job kinds: a job is put in its queue when it is
@@ -207,6 +229,7 @@ class Controller:
                 struct_codec(Namespace, lambda n: n.metadata.name),
                 NamespaceHandler(self.tracker),
                 watch_timeout=s.watch_timeout,
+                gate=self.gate,
             ),
             # Optional: without the Queue CRD every job waits in one implicit queue.
             Informer(
@@ -216,6 +239,7 @@ class Controller:
                 dict_codec(),
                 self.queues,
                 watch_timeout=s.watch_timeout,
+                gate=self.gate,
                 optional=True,
                 resync=s.resync_seconds,
             ),
@@ -231,6 +255,7 @@ class Controller:
                         dict_codec(),
                         JobHandler(self.tracker, adapter),
                         watch_timeout=s.watch_timeout,
+                        gate=self.gate,
                         optional=adapter.info.group not in ("", "batch"),
                         resync=s.resync_seconds,
                     )
@@ -253,6 +278,7 @@ class Controller:
                     self.cycle,
                     lambda: self.leading,
                     debug=s.debug_address == "metrics",
+                    gate=self.gate,
                 )
                 tg.start_soon(server.run, name="health-server")
             if debug_own is not None:
@@ -263,6 +289,7 @@ class Controller:
                     self.cycle,
                     lambda: self.leading,
                     probes=False,
+                    gate=self.gate,
                 )
                 tg.start_soon(views.run, name="debug-server")
             if s.pin_placement:
@@ -301,7 +328,9 @@ class Controller:
     def _pin_at_creation(self, obj: dict[str, Any]) -> str | None:
         """The webhook asks, for a new pod: the node to pin it to now. Only the leader knows
         the plan (a standby, or a leader not synced yet, answers None: the pod is gated)."""
-        if not (self.leading and self.ready and self.pinner.pin):
+        if not (self.leading and self.ready and self.pinner.pin) or self.gate.closed:
+            # (Mid-cycle, the plan is being decided on: the pod is gated, and pinned by the
+            # pinner once the cycle is done.)
             return None
         try:
             pod = msgspec.convert(obj, Pod, strict=False)

@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.tracker import JobTracker
+from kubequeue.kube.gate import DecisionGate
 from kubequeue.observability import metrics
 from kubequeue.status import admitted_rows, job_rows, queue_rows
 
@@ -68,7 +69,11 @@ class HealthServer:
         *,
         probes: bool = True,
         debug: bool = True,
+        gate: DecisionGate | None = None,
     ) -> None:
+        # The queue views read the state an admission cycle in slices decides on: they answer
+        # between cycles, as they did when a cycle held the event loop (kube/gate.py).
+        self.gate = gate
         self.probes = probes
         self.debug = debug
         self.host = host
@@ -98,6 +103,10 @@ class HealthServer:
             with anyio.CancelScope(shield=True):
                 await runner.cleanup()
 
+    async def _between_cycles(self) -> None:
+        if self.gate is not None and self.gate.closed:
+            await self.gate.wait_open()
+
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -111,9 +120,11 @@ class HealthServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _queue(self, _: web.Request) -> web.Response:
+        await self._between_cycles()
         return web.json_response(queue_snapshot(self.tracker))
 
     async def _status(self, request: web.Request) -> web.Response:
+        await self._between_cycles()
         try:
             limit = max(1, min(int(request.query.get("limit", "1000")), 100_000))
         except ValueError:
@@ -135,6 +146,7 @@ class HealthServer:
         )
 
     async def _queues(self, _: web.Request) -> web.Response:
+        await self._between_cycles()
         strict = self.cycle.strict_fifo if self.cycle is not None else False
         return web.json_response(
             {"leader": self.is_leader(), "queues": queue_rows(self.tracker, strict)}

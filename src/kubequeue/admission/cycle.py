@@ -23,13 +23,16 @@
              admissions' writes are on their way: each is a scan of the feasible nodes, a
              courtesy to the user that must not delay an admission.
 
-The cycle is synchronous and never awaits: informer updates cannot interleave with a decision.
+The cycle never awaits. The loop runs it in slices of a few milliseconds (``slices``) so the
+event loop goes on between them, and keeps the state still meanwhile (kube/gate.py): no informer
+update can interleave with a decision, and a sliced cycle decides exactly what an uninterrupted
+one does.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 
 import structlog
@@ -53,6 +56,10 @@ from kubequeue.queueing.spec import STRICT_FIFO
 from kubequeue.queueing.tree import QueueTree
 
 log = structlog.get_logger(__name__)
+
+_perf = time.perf_counter
+# A slicing cycle reads the clock on every visit whose count has none of these bits set.
+_CLOCK_MASK = 31
 
 __all__ = ["Admission", "AdmissionCycle", "CycleResult"]
 
@@ -145,12 +152,32 @@ class AdmissionCycle:
     def decide(self) -> CycleResult:
         """The cycle's decisions; the reasons for the jobs that wait are left due (the loop
         writes them with explain_deferred once it has started the admissions' writes)."""
+        steps = self.slices(None)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def slices(self, budget: float | None) -> Generator[None, None, CycleResult]:
+        """The same cycle, stopping (yield) each time it has run ``budget`` seconds since it
+        started or last resumed; None: it never stops. The caller resumes it with next() until
+        StopIteration carries the result. Between two slices nothing may change the state it
+        decides on (kube/gate.py): it then decides exactly what one uninterrupted cycle does,
+        and the same code runs either way."""
+        check = budget is not None
+        mask = _CLOCK_MASK
+        step = budget if budget is not None else 0.0
+        deadline = _perf() + step
         tracker = self.tracker
         cache = tracker.cache
         result = CycleResult()
         # Reasons a previous cycle left due are written first: they describe its state.
         result.notices.extend(self.explain_deferred())
         tracker.reservations.relocate()
+        if check and _perf() > deadline:
+            yield
+            deadline = _perf() + step
         debt = tracker.reservations.debt()
         headroom = _headroom(cache, debt)
         if debt != self._debt_logged:
@@ -168,6 +195,9 @@ class AdmissionCycle:
             self._requeues(result, now)
             if self.requeue.unplaceable:
                 self._unplaceable(result, now)
+        if check and _perf() > deadline:
+            yield
+            deadline = _perf() + step
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
         starved_before = self._wall_clock() - self.starvation_seconds
@@ -233,7 +263,15 @@ class AdmissionCycle:
         # One line: every job is in it, so its info is looked up once, not once per job.
         only = lines_info(lines[0]) if isinstance(walk, OneLine) else None
         evaluated = waiting = 0  # counted here, written to the result once
+        visits = 0
         for job in jobs:  # step 1
+            if check:
+                # The clock is read every 32 visits (_CLOCK_MASK; a visit is microseconds,
+                # reading the clock costs as much as a short one).
+                visits += 1
+                if not visits & mask and _perf() > deadline:
+                    yield
+                    deadline = _perf() + step
             if inflight and job.key in inflight:
                 continue
             if job.problem is not None:  # step 2
@@ -396,6 +434,8 @@ class AdmissionCycle:
                 if walk is None or isinstance(walk, OneLine):
                     break
                 walk.block(job.queue)
+        if check and _perf() > deadline:
+            yield
         if parking is not None:
             parked_evaluated, parked_waiting = parking.finish(generation)
             evaluated += parked_evaluated

@@ -19,6 +19,7 @@ import structlog
 
 from kubequeue.capacity.pins import Pin, Pins
 from kubequeue.kube.client import ApiError, KubeClient, KubeError, backoff
+from kubequeue.kube.gate import DecisionGate
 from kubequeue.kube.pods import ungate
 from kubequeue.observability import metrics
 
@@ -37,7 +38,9 @@ class Pinner:
         max_inflight: int = 16,
         retry_delay: float = 0.5,
         max_retry_delay: float = 30.0,
+        gate: DecisionGate | None = None,
     ) -> None:
+        self.gate = gate
         self.pins = pins
         self.client = client
         self.pin = pin  # False (--pin-placement=false): gates still present are only removed
@@ -54,6 +57,9 @@ class Pinner:
         async with anyio.create_task_group() as tg:
             while True:
                 await self._wakeup.wait()
+                gate = self.gate
+                if gate is not None and gate.closed:  # a pin takes capacity the cycle reads
+                    await gate.wait_open()
                 self._wakeup = anyio.Event()
                 for pod in self.pins.take():
                     if self.pin:

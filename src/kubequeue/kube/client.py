@@ -45,6 +45,7 @@ import msgspec
 
 from kubequeue import __version__
 from kubequeue.kube.credentials import CredentialError, Credentials
+from kubequeue.kube.gate import DecisionGate
 from kubequeue.kube.kubeconfig import ClusterAccess, load
 
 __all__ = [
@@ -358,6 +359,9 @@ class KubeClient:
         self._watch_api = watch_api if watch_api is not None else api
         self.lease: KubeClient = lease if lease is not None else self
         self._rate = rate
+        # Answers wait here while an admission cycle runs in slices (kube/gate.py): the code
+        # that asked changes the state with them. The Lease's own client has none.
+        self.gate: DecisionGate | None = None
 
     @property
     def host(self) -> str:
@@ -400,7 +404,29 @@ class KubeClient:
         timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
     ) -> bytes:
         """One request; returns the body, raises ApiError on any non-2xx status and
-        TransportError when no complete answer arrived."""
+        TransportError when no complete answer arrived. Either comes back only while the
+        decision gate is open."""
+        try:
+            data = await self._request(method, path, query, body, content_type, timeout)
+        except KubeError:
+            gate = self.gate
+            if gate is not None and gate.closed:
+                await gate.wait_open()
+            raise
+        gate = self.gate
+        if gate is not None and gate.closed:
+            await gate.wait_open()
+        return data
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: Mapping[str, Any] | list[Any] | None,
+        content_type: str,
+        timeout: aiohttp.ClientTimeout,
+    ) -> bytes:
         if self._rate is not None:
             await self._rate.acquire()
         resp = await self._call(

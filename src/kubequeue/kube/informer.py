@@ -29,6 +29,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from kubequeue.kube.client import ApiError, KubeClient, TransportError
+from kubequeue.kube.gate import DecisionGate
 from kubequeue.objects import ObjectList, WatchEvent
 from kubequeue.observability import metrics
 
@@ -141,8 +142,11 @@ class Informer(Generic[T]):
         optional: bool = False,
         missing_poll: float = 10.0,
         resync: float = 0.0,
+        gate: DecisionGate | None = None,
     ) -> None:
         self.client = client
+        # Watch events wait here while an admission cycle runs in slices (kube/gate.py).
+        self.gate = gate
         self.name = name
         self.path = path
         self.codec = codec
@@ -268,6 +272,9 @@ class Informer(Generic[T]):
                     token = ""
                     continue
                 raise
+            gate = self.gate
+            if gate is not None and gate.closed:
+                await gate.wait_open()
             try:
                 page = self.codec.list_decoder.decode(data)
             except msgspec.ValidationError:
@@ -326,6 +333,9 @@ class Informer(Generic[T]):
                 if b"\n" not in chunk:
                     continue
                 *lines, buffer = buffer.split(b"\n")
+                gate = self.gate
+                if gate is not None and gate.closed:
+                    await gate.wait_open()
                 try:
                     for line in lines:
                         if line:
@@ -336,6 +346,9 @@ class Informer(Generic[T]):
                     self._flush_metrics()
                 self._failures = 0
             if buffer.strip():
+                gate = self.gate
+                if gate is not None and gate.closed:
+                    await gate.wait_open()
                 try:
                     self._dispatch(buffer)
                 finally:

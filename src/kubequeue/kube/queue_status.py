@@ -18,6 +18,7 @@ import structlog
 
 from kubequeue.kube.client import ApiError, KubeClient, TransportError
 from kubequeue.kube.events import EventRecorder, InvolvedObject
+from kubequeue.kube.gate import DecisionGate
 from kubequeue.observability import metrics
 
 __all__ = ["QUEUE_API", "QueueStatusWriter"]
@@ -51,8 +52,10 @@ class QueueStatusWriter:
         events: EventRecorder | None = None,
         *,
         interval: float = 2.0,
+        gate: DecisionGate | None = None,
     ) -> None:
         self.client = client
+        self.gate = gate
         self.desired = desired
         self.observed = observed
         self.events = events
@@ -66,6 +69,9 @@ class QueueStatusWriter:
 
     async def write_once(self) -> int:
         """One round; returns how many Queues were written."""
+        gate = self.gate
+        if gate is not None and gate.closed:  # the usage it reports is being decided on
+            await gate.wait_open()
         written = 0
         observed = self.observed()
         for name, status in self.desired().items():
