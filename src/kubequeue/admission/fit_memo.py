@@ -51,6 +51,12 @@ class FitShortcuts:
 
     def __init__(self) -> None:
         self._ids: dict[tuple[object, ...], int] = {}
+        # The ids of one-pod-set shapes without topology by the identity of their request and
+        # constraints (both shared between the jobs of a template: demand.py interns them), so
+        # a job of a known shape is numbered without building and hashing its key: (id of the
+        # request, id of the constraints) -> (the request, the constraints, the shape id). The
+        # objects are kept so that their ids cannot be reused while the entry exists.
+        self._by_identity: dict[tuple[int, int], tuple[object, object, int]] = {}
         self._next_id = 0
         self._gen = -1  # the cache's freed_generation / nodes_generation the memos below are for
         self._nodes_gen = -1
@@ -71,7 +77,10 @@ class FitShortcuts:
             self._sync(cache)
         if len(self._ids) > 100_000:  # ids are never reused, so forgetting is always safe
             self._ids.clear()
+            self._by_identity.clear()
             self._rooms.clear()
+        elif len(self._by_identity) > 100_000:  # (requests not interned: a cache of _ids only)
+            self._by_identity.clear()
 
     def _sync(self, cache: CapacityCache) -> None:
         """Capacity was freed or nodes changed: keep what stays true, drop the rest."""
@@ -102,6 +111,20 @@ class FitShortcuts:
         return self._now.get(memo[1])
 
     def _shape(self, job: QueuedJob) -> int:
+        pod_sets = job.pod_sets
+        if len(pod_sets) == 1 and pod_sets[0].topology is None:
+            ps = pod_sets[0]
+            request, constraints = ps.request, ps.constraints
+            known = self._by_identity.get((id(request), id(constraints)))
+            if known is not None and known[0] is request and known[1] is constraints:
+                job.shape = (pod_sets, known[2])
+                return known[2]
+            shape = self._numbered(job)
+            self._by_identity[(id(request), id(constraints))] = (request, constraints, shape)
+            return shape
+        return self._numbered(job)
+
+    def _numbered(self, job: QueuedJob) -> int:
         key = tuple((tuple(ps.request.items()), ps.constraints, ps.topology) for ps in job.pod_sets)
         shape = self._ids.get(key)
         if shape is None:
