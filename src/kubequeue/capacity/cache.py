@@ -488,6 +488,21 @@ class CapacityCache:
                 return index.candidates(request, tolerated[0])
         return index.candidates(request)
 
+    def candidate_buckets(
+        self, request: Mapping[str, int], constraints: NodeConstraints | None = None
+    ) -> list[dict[str, None]]:
+        """``candidates(request, constraints)`` as the index buckets holding them, in order
+        (the nodes of each in order): the fit loops over them without a generator per node.
+        The index must not change while they are read."""
+        if self._stale:
+            self._refresh_index()
+        index = self._index
+        if constraints is not None and index.partition_count > 1:
+            tolerated = self._tolerated_partitions(constraints)
+            if tolerated is not None and len(tolerated) == 1:
+                return index.buckets(request, tolerated[0])
+        return index.buckets(request)
+
     def copies(self, request: Mapping[str, int], constraints: NodeConstraints, limit: int) -> int:
         """How many copies of ``request`` fit on the nodes ``constraints`` allow, at most
         ``limit``: for one pod set, exactly what the greedy fit places (it takes the copies

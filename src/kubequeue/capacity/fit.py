@@ -109,16 +109,55 @@ def _place_set(
         return remaining
     nodes = cache.nodes
     request = ps.request
-    for name in _candidates(cache, ps, feasible):
-        free = _effective(nodes[name].free, scratch.get(name))
-        k = resources.max_copies(request, free, remaining)
-        if k:
-            resources.add_into(scratch.setdefault(name, {}), request, k)
-            out.append(Assignment(ps.name, name, k, request))
-            remaining -= k
-            if not remaining:
-                break
+    needs = _needs(request)
+    # The candidates in their order (``_candidates``), looped over here: a fit that fails tries
+    # every one, and most of those have no room (memory, say), so each try is kept to a few
+    # lookups. ``resources.max_copies`` inlined, the amount most often short checked first.
+    groups: Iterable[Iterable[str]]
+    if len(feasible) <= _DIRECT_SCAN:
+        groups = (_candidates(cache, ps, feasible),)
+    else:
+        groups = cache.candidate_buckets(request, ps.constraints)
+    for group in groups:
+        for name in group:
+            if name not in feasible:
+                continue
+            free: Mapping[str, int] = nodes[name].free
+            if scratch:
+                extra = scratch.get(name)
+                if extra:
+                    free = _effective(free, extra)
+            k = remaining
+            for res, amount in needs:
+                have = free.get(res, 0)
+                if have < amount:
+                    k = 0
+                    break
+                if have < amount * k:
+                    k = have // amount
+            if k:
+                resources.add_into(scratch.setdefault(name, {}), request, k)
+                out.append(Assignment(ps.name, name, k, request))
+                remaining -= k
+                if not remaining:
+                    return 0
     return remaining
+
+
+def _needs(request: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The amounts ``request`` asks (> 0), memory first, then CPU (the amounts a busy node most
+    often lacks: the index already sorted its candidates by GPUs and CPU), then the rest."""
+    needs = [(name, amount) for name, amount in request.items() if amount > 0]
+    if len(needs) > 1:
+        needs.sort(key=_need_order)
+    return needs
+
+
+def _need_order(item: tuple[str, int]) -> int:
+    return _NEED_RANK.get(item[0], 2)
+
+
+_NEED_RANK = {"memory": 0, "cpu": 1}
 
 
 def explain(

@@ -169,6 +169,14 @@ class FreeIndex:
         tables = [self._buckets] if parts is None else [self._parts[p] for p in parts]
         return sum(len(bucket) for rows in tables for row in rows[g0:] for bucket in row[c0:])
 
+    def buckets(self, request: Mapping[str, int], part: Hashable = None) -> list[dict[str, None]]:
+        """The non-empty buckets ``candidates(request, part)`` walks, in its order: the same
+        nodes, for a caller that loops over them itself (the fit's hot loop). Not copies."""
+        g0 = _gpu_key(request.get(GPU, 0))
+        c0 = _cpu_key(request.get("cpu", 0))
+        tables = self._buckets if part is None else self._parts[part]
+        return [bucket for row in tables[g0:] for bucket in row[c0:] if bucket]
+
     def candidates(self, request: Mapping[str, int], part: Hashable = None) -> Iterator[str]:
         """Nodes that may have room for ``request``, tightest first. Superset of the real fits.
         With ``part``: that partition's only, in the same order."""
