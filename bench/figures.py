@@ -101,6 +101,7 @@ def core_run(
     node_lines, pod_lines = _initial_lines(sizes)
     gc.collect()
     h = _harness(sizes, pin=pin, trace=trace)
+    steps = h.measure_steps()
     h.feed_nodes(node_lines)
     out["pod_line_bytes"] = sum(map(len, pod_lines)) / len(pod_lines)
     started = clock()
@@ -158,6 +159,7 @@ def core_run(
 
     # ---- latency: one pod ends -> the cycle the loop runs for it has decided (the loop starts
     # the admissions' writes then, and writes the reasons for jobs that wait after them)
+    h.phase = "running"
     enabled: list[float] = []
     idle: list[float] = []
     enabled_pin: list[float] = []  # of each enabled sample, the pinning (0 without pin)
@@ -185,6 +187,7 @@ def core_run(
     cycle_s = ingest_s = bind_s = pin_s = 0.0
     freed_pods = bound_pods = 0
     cycle_times: list[float] = []
+    h.phase = "drain"
     drain_started = clock()
     while rounds < drain_rounds and len(h.queue):
         finishing = sim.pick_finishing(drain_batch)
@@ -226,6 +229,12 @@ def core_run(
         "left_queued": len(h.queue),
         "left_hopeless": sum(1 for j in h.queue.ordered() if j.problem or j.never_fits),
     }
+    # The event loop's longest synchronous step, per phase and kind: what the controller's
+    # stall watchdog would see (kube_queue_event_loop_lateness_seconds), less the OS's share.
+    out["steps_ms"] = {f"{phase}: {what}": t * 1e3 for (phase, what), t in sorted(steps.items())}
+    for phase in ("start-up", "running", "drain"):
+        mine = [t for (p, _), t in steps.items() if p == phase]
+        out[f"longest_step_{phase}_ms"] = max(mine) * 1e3 if mine else 0.0
     out["admitted_total"] = sim.admitted
     if pin:
         out["pin"] = {

@@ -9,18 +9,29 @@ admission cycle the way the admission loop does. Only the API writes are simulat
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import structlog
 
 from kubequeue.admission.cycle import CycleResult
+from kubequeue.admission.loop import SETTLE_SLICE, SLICE_SECONDS
 from kubequeue.controller import Controller
+from kubequeue.kube import informer as informer_module
 from kubequeue.kube.informer import Informer
 from kubequeue.settings import Settings
 
 __all__ = ["LOG_EVENTS", "Harness", "quiet_logs"]
+
+_perf = time.perf_counter
+# Objects per list page (the informer's page_size): one synchronous step at start-up.
+LIST_PAGE = 500
+# Watch lines one read of a busy stream hands over (aiohttp's 64 KiB read buffer, pod lines of
+# 2-4 KiB): one synchronous step while pods end in bulk.
+WATCH_READ = 32
 
 # Every log event the core emitted, by name ("reservation.overcommitted", ...), so the bench can
 # report and the smoke test assert that nothing unexpected happened.
@@ -61,6 +72,7 @@ class Harness:
         trace: list[Any] | None = None,
         pin: bool = False,
         topology_levels: tuple[str, ...] = (),
+        slice_seconds: float | None = SLICE_SECONDS,
     ) -> None:
         # The starvation guard is off by default: the generated Jobs were created days before
         # the run, so with the guard on every cycle would stop at the first job that does not
@@ -93,19 +105,43 @@ class Harness:
         self.pins = self.controller.pins
         self.adapter = self.tracker.adapters["Job"]
         self.trace = trace
+        # Cycles run in the admission loop's slices (None: in one go, as before issue 36).
+        self.slice_seconds = slice_seconds
+        # The longest synchronous step of each kind (the event loop's stalls: each is a stretch
+        # with no await in the running controller), by (phase, step); None: not measured.
+        self.steps: dict[tuple[str, str], float] | None = None
+        self.phase = "start-up"
         self._tick = 0.0
         if trace is not None:
             self.cycle._clock = lambda: self._tick
 
+    def measure_steps(self) -> dict[tuple[str, str], float]:
+        """From now on, record the longest synchronous step of each kind."""
+        self.steps = {}
+        return self.steps
+
+    def _step(self, what: str, seconds: float) -> None:
+        steps = self.steps
+        if steps is not None:
+            key = (self.phase, what)
+            if seconds > steps.get(key, 0.0):
+                steps[key] = seconds
+
     def synced(self) -> None:
         """Every object of the initial state is in: what the controller does once its informers
         have listed (``Controller.synced``: ready, and the heap frozen out of the collector)."""
+        started = _perf()
         self.controller.synced()
+        self._step("synced (heap frozen)", _perf() - started)
 
     def settle(self) -> None:
         """What the admission loop does while it waits for the next change: make the parks the
-        last cycle decided (admission/parking.py)."""
-        self.cycle.settle()
+        last cycle decided (admission/parking.py), a slice at a time as the loop does."""
+        cycle = self.cycle
+        while cycle.unsettled:
+            started = _perf()
+            cycle.settle(SETTLE_SLICE)
+            self._step("parking slice", _perf() - started)
 
     def run_cycle(self) -> CycleResult:
         """One admission cycle, as the admission loop runs it: the decisions, then the reasons
@@ -118,11 +154,27 @@ class Harness:
         """The cycle proper: what the loop runs before it starts the admissions' writes."""
         if self.trace is not None:
             self._tick += 1.0
-        return self.cycle.decide()
+        if self.slice_seconds is None:
+            started = _perf()
+            result = self.cycle.decide()
+            self._step("cycle (whole)", _perf() - started)
+            return result
+        steps = self.cycle.slices(self.slice_seconds)
+        while True:
+            started = _perf()
+            try:
+                next(steps)
+            except StopIteration as done:
+                self._step("cycle slice", _perf() - started)
+                last: CycleResult = done.value
+                return last
+            self._step("cycle slice", _perf() - started)
 
     def explain(self, result: CycleResult) -> None:
         """What the loop runs once the writes are on their way: the reasons due."""
+        started = _perf()
         result.notices.extend(self.cycle.explain_deferred())
+        self._step("reasons", _perf() - started)
         if self.trace is not None:
             self.trace.append(
                 [
@@ -137,30 +189,46 @@ class Harness:
             )
 
     # The informers' per-line entry point; bound once so the loops below stay tight.
+    def _feed(self, dispatch: Callable[[bytes], None], lines: Iterable[bytes]) -> None:
+        if self.steps is None:
+            for line in lines:
+                dispatch(line)
+            return
+        # Measured: a start-up list page, or what one read of a busy watch stream brings.
+        size = LIST_PAGE if self.phase == "start-up" else WATCH_READ
+        what = "list page" if self.phase == "start-up" else "watch read"
+        it = iter(lines)
+        while batch := list(itertools.islice(it, size)):
+            started = _perf()
+            for i, line in enumerate(batch, 1):
+                dispatch(line)
+                # As the informer hands a list page over: a turn for the event loop (a step
+                # ends) every LIST_SLICE_S.
+                if (
+                    size == LIST_PAGE
+                    and not i % informer_module.LIST_CHECK_EVERY
+                    and _perf() - started > informer_module.LIST_SLICE_S
+                ):
+                    self._step(what, _perf() - started)
+                    started = _perf()
+            if size == LIST_PAGE:
+                self.controller.listed_page()  # the informer's on_page
+            self._step(what, _perf() - started)
+
     def feed_nodes(self, lines: Iterable[bytes]) -> None:
-        dispatch = self.node_informer._dispatch
-        for line in lines:
-            dispatch(line)
+        self._feed(self.node_informer._dispatch, lines)
 
     def feed_pods(self, lines: Iterable[bytes]) -> None:
-        dispatch = self.pod_informer._dispatch
-        for line in lines:
-            dispatch(line)
+        self._feed(self.pod_informer._dispatch, lines)
 
     def feed_jobs(self, lines: Iterable[bytes]) -> None:
-        dispatch = self.job_informer._dispatch
-        for line in lines:
-            dispatch(line)
+        self._feed(self.job_informer._dispatch, lines)
 
     def feed_queues(self, lines: Iterable[bytes]) -> None:
-        dispatch = self.queue_informer._dispatch
-        for line in lines:
-            dispatch(line)
+        self._feed(self.queue_informer._dispatch, lines)
         self.queue_informer.handler.synced()
 
     def feed_priority_classes(self, lines: Iterable[bytes]) -> None:
-        dispatch = self.class_informer._dispatch
-        for line in lines:
-            dispatch(line)
+        self._feed(self.class_informer._dispatch, lines)
         # The list is complete: the handler pushes classes to the tracker from now on.
         self.class_informer.handler.synced()

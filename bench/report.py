@@ -46,6 +46,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         put("job_ingest_jps", r["job_ingest_jps"])
         put("first_cycle_ms", r["first_cycle_s"] * 1e3)
         put("first_settle_ms", r.get("first_settle_s", 0.0) * 1e3)
+        for phase in ("start-up", "running", "drain"):
+            put(f"longest_step_{phase}_ms", r.get(f"longest_step_{phase}_ms", math.nan))
         put("decisions_per_s", d["evaluated"] / d["cycle_s"] if d["cycle_s"] else math.nan)
         put("admitted_per_s", d["admitted"] / d["cycle_s"] if d["cycle_s"] else math.nan)
         put("drain_cycle_p50_ms", percentile(d["cycle_times_s"], 50) * 1e3)
@@ -89,6 +91,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "figures": {name: _spread(values) for name, values in per_run.items()},
         "problems": sorted({p for r in runs for p in r["problems"]}),
         "log_events": _merge_counts(r["log_events"] for r in runs),
+        "steps_ms": first.get("steps_ms", {}),
     }
 
 
@@ -151,6 +154,24 @@ _ROWS = (
     ("idle_p99_ms", "pod DELETED -> cycle that admits nothing, p99 ms", "ms", ""),
     ("first_cycle_ms", "first cycle over the whole queue (start-up / failover), ms", "ms", ""),
     ("first_settle_ms", "  then parking what it found waiting (loop's idle time), ms", "ms", ""),
+    (
+        "longest_step_start-up_ms",
+        "longest event-loop stall at start-up (list page, first cycle's slices, parking), ms",
+        "ms",
+        "< 100",
+    ),
+    (
+        "longest_step_running_ms",
+        "longest event-loop stall, single pods ending (watch read, cycle slice, reasons), ms",
+        "ms",
+        "< 100",
+    ),
+    (
+        "longest_step_drain_ms",
+        "longest event-loop stall while draining (1% of pods per round), ms",
+        "ms",
+        "< 100",
+    ),
 )
 
 
@@ -234,6 +255,12 @@ def print_summary(
     )
     for p in summary["problems"]:
         print(f"  - {p}")
+    steps = summary.get("steps_ms")
+    if steps:
+        print(
+            "Longest synchronous step of each kind (first run), ms: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in steps.items())
+        )
     if summary["log_events"]:
         events = ", ".join(f"{k} x{v}" for k, v in sorted(summary["log_events"].items()))
         print(f"Log events from the core: {events}")
