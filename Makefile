@@ -15,7 +15,7 @@ help:
 	@echo "make unit    - unit tests only (no cluster)"
 	@echo "make e2e     - e2e tests only (E2E_CLUSTER=kind to use your kind cluster)"
 	@echo "make lint    - ruff, mypy --strict, import layering (lint-imports), helm lint"
-	@echo "make bench   - admission-core benchmark (prints numbers; BENCH_ARGS=--scale for 10x, --huge for 65k nodes, --pin)"
+	@echo "make bench   - admission-core benchmark (prints numbers; BENCH_ARGS=--scale for 10x, --huge for 65k nodes, --giant for 130k, --pin)"
 	@echo "make bench-e2e - end-to-end benchmark on the local cluster, kube-queue and Kueue side by side (BENCH_E2E_ARGS=...)"
 	@echo "make chaos   - fault campaign + scale soak on the local cluster, judged by an independent checker (CHAOS_ARGS=...)"
 	@echo "make image   - build the container image with podman or docker"
