@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import structlog
 
 from kubequeue.admission.cycle import CycleResult
-from kubequeue.admission.loop import SETTLE_SLICE, SLICE_SECONDS
+from kubequeue.admission.loop import REASONS_SLICE, SETTLE_SLICE, SLICE_SECONDS
 from kubequeue.controller import Controller
 from kubequeue.kube import informer as informer_module
 from kubequeue.kube.informer import Informer
@@ -172,9 +172,14 @@ class Harness:
 
     def explain(self, result: CycleResult) -> None:
         """What the loop runs once the writes are on their way: the reasons due."""
-        started = _perf()
-        result.notices.extend(self.cycle.explain_deferred())
-        self._step("reasons", _perf() - started)
+        cycle = self.cycle
+        limit = REASONS_SLICE if self.slice_seconds is not None else None
+        while True:  # as the loop does: a few at a time
+            started = _perf()
+            result.notices.extend(cycle.explain_deferred(limit))
+            self._step("reasons", _perf() - started)
+            if not cycle.reasons_due:
+                break
         if self.trace is not None:
             self.trace.append(
                 [

@@ -69,6 +69,9 @@ SETTLE_SLICE = 2000
 # A cycle's slice, seconds: short against a webhook's timeout (seconds) and the loop's other
 # work (a watch chunk, a metrics scrape), long against the cost of pausing (one checkpoint).
 SLICE_SECONDS = 0.02
+# Reasons for waiting jobs written per slice after a cycle (each a scan of the nodes); those
+# left when a change comes are written first by the next cycle.
+REASONS_SLICE = 4
 
 
 class AdmissionLoop:
@@ -158,8 +161,13 @@ class AdmissionLoop:
                 # Let informers run between cycles even under a constant stream of wake-ups,
                 # and the writes just started send their requests before the reasons below.
                 await anyio.lowlevel.checkpoint()
-                for notice in self.cycle.explain_deferred():
+                # A few at a time: each reason is a scan of the nodes.
+                for notice in self.cycle.explain_deferred(REASONS_SLICE):
                     self._publish(notice)
+                while self.cycle.reasons_due and not self._wakeup.is_set():
+                    await anyio.lowlevel.checkpoint()
+                    for notice in self.cycle.explain_deferred(REASONS_SLICE):
+                        self._publish(notice)
                 # Park what the cycle found waiting in vain while nothing else needs the loop
                 # (after a start-up, the whole queue), a slice at a time so the writes just
                 # started and the informers go on; a change cuts it short.
