@@ -664,6 +664,65 @@ def _check_counted_copies(nodes, pods, gpus, cpus, tolerations, zone, limit) -> 
     )
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 7),  # node
+            st.sampled_from(["upsert", "delete", "pod"]),
+            st.integers(0, 3),  # taints
+            st.sampled_from(["a", "b", None]),  # zone label
+            st.sampled_from(["x", None]),  # rack label
+            st.booleans(),  # ready
+            st.booleans(),  # cordoned
+        ),
+        min_size=1,
+        max_size=24,
+    ),
+    tolerations=st.integers(0, 2),
+    selector=st.sampled_from(
+        [(), (("zone", "a"),), (("rack", "x"),), (("zone", "b"), ("rack", "x"))]
+    ),
+    affinity=st.booleans(),
+    partitions=st.booleans(),
+)
+def test_feasible_nodes_are_those_a_full_scan_allows(
+    steps, tolerations, selector, affinity, partitions
+) -> None:
+    """CapacityCache.feasible (the index's taint partitions and the nodes by label, when the
+    constraints have no required affinity) is the set of schedulable nodes ``allows`` admits,
+    whatever nodes came, changed, were cordoned, went or were first seen through a pod."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cache_module, "_PARTITIONS_MAX", 32 if partitions else 0)
+        cache = CapacityCache()
+        for j, (i, what, t, zone, rack, ready, cordoned) in enumerate(steps):
+            name = f"n{i}"
+            if what == "delete":
+                cache.delete_node(name)
+            elif what == "pod":
+                cache.upsert_pod(b.pod(f"p{j}", name, {"cpu": "1"}, uid=f"p{j}"), None)
+            else:
+                labels = {k: v for k, v in (("zone", zone), ("rack", rack)) if v is not None}
+                node = b.node(
+                    name, taints=_TAINTS[t], labels=labels, ready=ready, unschedulable=cordoned
+                )
+                cache.upsert_node(node)
+            if j % 3 == 0:
+                list(cache.candidates({}))  # the index is read now and then
+        term = ((("zone", "In", frozenset({"a"})),), ())  # required node affinity
+        constraints = NodeConstraints(
+            node_selector=selector,
+            terms=(term,) if affinity else (),
+            tolerations=_TOLERATIONS[tolerations],
+        )
+        expected = {
+            n.name
+            for n in cache.nodes.values()
+            if n.schedulable and constraints.allows(n.name, n.labels, n.taints)
+        }
+        assert cache.feasible(constraints) == expected
+
+
 def test_a_node_whose_taints_change_keeps_its_place_in_the_walk() -> None:
     """Walking one taint partition is the overall walk without the others' nodes, also after a
     node changed partitions (it joins the other partition at its place, not at the end)."""

@@ -135,6 +135,13 @@ class FreeIndex:
         """How many partitions there are (one is never removed, so this only grows)."""
         return len(self._parts)
 
+    def partition_buckets(self, part: Hashable) -> list[dict[str, None]]:
+        """The non-empty buckets of a partition: together, its nodes."""
+        buckets = self._parts.get(part)
+        if buckets is None:
+            return []
+        return [bucket for row in buckets for bucket in row if bucket]
+
     def candidates_in(self, request: Mapping[str, int], parts: list[Hashable]) -> Iterator[str]:
         """``candidates(request)`` of these partitions only, one partition after the other."""
         for part in parts:
