@@ -103,6 +103,10 @@ class Walk:
         self._log: dict[tuple[bool, tuple[float, ...]], list[tuple[int, tuple[Any, ...]]]] = {}
         self._since = dict.fromkeys(lines, 0)
         self._blocked: set[str] = set()
+        # Per line, its head as last found (``_claim``): (the position it was found after, the
+        # line's edit stamp then, the head). Every line's claim is made again after each
+        # admission, but only the admitted job's line changed, and only lines walked moved.
+        self._heads: dict[str, tuple[Position, int, tuple[Any, ...] | None]] = {}
         self._rejudge = True  # every claim is to be made again (start, admission)
 
     def _claim(self, line: str) -> tuple[bool, tuple[float, ...]]:
@@ -114,7 +118,14 @@ class Walk:
         if room is None:
             room = self._rooms[line] = dict(self._ledger.guarantee_room(line))
             self._shares[line] = self._ledger.shares(line)
-        head = self._queue.after(line, self._at[line])
+        at = self._at[line]
+        edited = self._queue.edited(line)
+        known = self._heads.get(line)
+        if known is not None and known[0] is at and known[1] == edited:
+            head = known[2]
+        else:
+            head = self._queue.after(line, at)
+            self._heads[line] = (at, edited, head)
         return (
             head is not None and bool(room) and _borrows(head[-1].demand, room),
             self._shares[line],

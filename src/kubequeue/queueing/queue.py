@@ -162,6 +162,10 @@ class JobQueue:
         # some tree pools a resource.
         self._class_resources: tuple[str, ...] = ()
         self._classes: dict[str, dict[tuple[int, ...], SortedList]] = {}
+        # Per line, a stamp that moves whenever an entry joins or leaves it (from one counter,
+        # so a line that empties and comes back never repeats an earlier stamp): ``edited``.
+        self._edits = 0
+        self._edited: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -192,6 +196,8 @@ class JobQueue:
             ordered = self._lines[line] = SortedList()
             self._active[line] = SortedList()
         ordered.add(entry)
+        self._edits += 1
+        self._edited[line] = self._edits
         self._active[line].add(entry)
         self._jobs[job.key] = (entry, line)
         if self._class_resources:
@@ -214,6 +220,8 @@ class JobQueue:
         entry, line = old
         ordered = self._lines[line]
         ordered.remove(entry)
+        self._edits += 1
+        self._edited[line] = self._edits
         self._active[line].discard(entry)
         if self._class_resources:
             self._classed(entry, line).discard(entry)
@@ -223,6 +231,7 @@ class JobQueue:
         if not ordered:
             del self._lines[line]
             del self._active[line]
+            del self._edited[line]
             self._leaving.pop(line, None)
             self._classes.pop(line, None)
 
@@ -254,6 +263,11 @@ class JobQueue:
     def classes(self, line: str) -> Mapping[tuple[int, ...], SortedList]:
         """A line's entries, parked or not, by demand class (``classify_by``)."""
         return self._classes.get(line, {})
+
+    def edited(self, line: str) -> int:
+        """A stamp of the line's entries (parked or not): the same stamp, the same entries
+        (0: the line has none)."""
+        return self._edited.get(line, 0)
 
     def after(self, line: str, position: Any) -> tuple[Any, ...] | None:
         """The first entry of a line, parked or not, after ``position`` (None: from the start;

@@ -74,6 +74,8 @@ class QuotaLedger:
         self.epoch = 0  # moves when the tree itself is replaced
         # (root, resource) -> (usage version, epoch, per queue (reserve, children's reserves))
         self._reserve_memo: dict[tuple[str, str], tuple[int, int, dict[str, tuple[int, int]]]] = {}
+        # root -> (usage version, epoch, per queue of the tree its share): see ``shares``
+        self._share_memo: dict[str, tuple[int, int, dict[str, float]]] = {}
 
     # ----------------------------------------------------------------- bookkeeping
     def set_tree(self, tree: QueueTree) -> None:
@@ -357,8 +359,25 @@ class QuotaLedger:
 
     def _room(self, node: QueueNode, res: str) -> int:
         """The most of ``res`` a job of ``node`` can take within guarantee (the best room on
-        its path); above it the job borrows."""
-        return max((room for _, room in self._rooms_on_path(node, res)), default=0)
+        its path); above it the job borrows. (``_rooms_on_path``'s rooms, in one loop: the walk
+        of several queues asks this of every line after each admission.)"""
+        reserves = self._reserves(node.root, res)
+        nodes = self.tree.nodes
+        named = self._named_used
+        path = node.path
+        best: int | None = None
+        beside = 0
+        child = ""
+        for depth in range(len(path) - 1, -1, -1):
+            name = path[depth]
+            if child:
+                beside += reserves[name][1] - reserves[child][0]
+            used = named.get(name)
+            room = nodes[name].emin.get(res, 0) - (used.get(res, 0) if used else 0) - beside
+            if best is None or room > best:
+                best = room
+            child = name
+        return 0 if best is None else best
 
     def within_levels(self, queue: str, demand: Mapping[str, int]) -> dict[str, int] | None:
         """For a job that stays within guarantee: per pooled resource it asks for, the depth
@@ -446,20 +465,35 @@ class QuotaLedger:
         node = self.tree.nodes.get(queue)
         if node is None:
             return ()
-        pool = self.tree.pools.get(node.root, {})
+        root = node.root
+        # Each queue's share depends only on its tree's usage: computed once per usage version
+        # for all the lines below it (the walk asks every line after each admission).
+        version = self.versions.get(root, 0)
+        memo = self._share_memo.get(root)
+        if memo is None or memo[0] != version or memo[1] != self.epoch:
+            memo = self._share_memo[root] = (version, self.epoch, {})
+        known = memo[2]
+        pool = self.tree.pools.get(root, {})
         out: list[float] = []
         for name in node.path:
-            member = self.tree.nodes[name]
-            used = self._named_used.get(name, {})
-            share = 0.0
-            for res, total in pool.items():
-                if total <= 0:
-                    continue
-                over = used.get(res, 0) - member.emin.get(res, 0)
-                if over > 0:
-                    share = max(share, over / total)
-            out.append(share / member.spec.weight)
+            found = known.get(name)
+            if found is None:
+                found = known[name] = self._share(name, pool)
+            out.append(found)
         # Padded with zeros to the forest's deepest path: a level below a leaf borrows nothing,
         # so a tie with a deeper queue is decided by the heads, not by the tuples' lengths.
         out.extend([0.0] * (self.tree.depth - len(out)))
         return tuple(out)
+
+    def _share(self, name: str, pool: Mapping[str, int]) -> float:
+        """One queue's weighted dominant share (``shares``)."""
+        member = self.tree.nodes[name]
+        used = self._named_used.get(name, {})
+        share = 0.0
+        for res, total in pool.items():
+            if total <= 0:
+                continue
+            over = used.get(res, 0) - member.emin.get(res, 0)
+            if over > 0:
+                share = max(share, over / total)
+        return share / member.spec.weight
