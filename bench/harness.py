@@ -9,6 +9,7 @@ admission cycle the way the admission loop does. Only the API writes are simulat
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from typing import Any, NoReturn
 
 import structlog
 
+from kubequeue import heap
 from kubequeue.admission.cycle import CycleResult
 from kubequeue.admission.loop import REASONS_SLICE, SETTLE_SLICE, SLICE_SECONDS
 from kubequeue.controller import Controller
@@ -111,14 +113,45 @@ class Harness:
         # with no await in the running controller), by (phase, step); None: not measured.
         self.steps: dict[tuple[str, str], float] | None = None
         self.phase = "start-up"
+        self._gc_started = 0.0
+        self._thresholds: tuple[int, int, int] | None = None
         self._tick = 0.0
         if trace is not None:
             self.cycle._clock = lambda: self._tick
 
     def measure_steps(self) -> dict[tuple[str, str], float]:
-        """From now on, record the longest synchronous step of each kind."""
+        """From now on, record the longest synchronous step of each kind, and the longest pass
+        of the cyclic garbage collector (it lands inside one of the steps; until
+        stop_measuring)."""
         self.steps = {}
+        gc.callbacks.append(self._gc_pass)
+        # As Controller.run: the collector's full passes are the refreezes (tick_heap).
+        self._thresholds = heap.take_over()
         return self.steps
+
+    def stop_measuring(self) -> None:
+        if self._gc_pass in gc.callbacks:
+            gc.callbacks.remove(self._gc_pass)
+        if self._thresholds is not None:
+            heap.restore(self._thresholds)
+            self._thresholds = None
+
+    def _gc_pass(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = _perf()
+        elif self._gc_started:
+            self._step(
+                f"gc pass (gen {info['generation']}, inside a step)", _perf() - self._gc_started
+            )
+            self._gc_started = 0.0
+
+    def tick_heap(self) -> None:
+        """The controller's heap refreeze (kubequeue/heap.py: its task checks twice a second,
+        here before each cycle and watch read)."""
+        if heap.due():
+            started = _perf()
+            heap.refreeze()
+            self._step("heap refreeze", _perf() - started)
 
     def _step(self, what: str, seconds: float) -> None:
         steps = self.steps
@@ -154,6 +187,8 @@ class Harness:
         """The cycle proper: what the loop runs before it starts the admissions' writes."""
         if self.trace is not None:
             self._tick += 1.0
+        if self.steps is not None:
+            self.tick_heap()
         if self.slice_seconds is None:
             started = _perf()
             result = self.cycle.decide()
@@ -204,6 +239,7 @@ class Harness:
         what = "list page" if self.phase == "start-up" else "watch read"
         it = iter(lines)
         while batch := list(itertools.islice(it, size)):
+            self.tick_heap()
             started = _perf()
             for i, line in enumerate(batch, 1):
                 dispatch(line)

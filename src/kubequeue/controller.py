@@ -25,6 +25,7 @@ import anyio
 import msgspec
 import structlog
 
+from kubequeue import heap
 from kubequeue.admission.cycle import AdmissionCycle
 from kubequeue.admission.loop import AdmissionLoop
 from kubequeue.admission.pinner import Pinner
@@ -274,7 +275,17 @@ class Controller:
         log.info(
             "controller.starting", kinds=list(s.kinds), api=self.client.host, identity=s.identity
         )
+        # Full passes of the cyclic garbage collector are ours, kept short (heap.py).
+        thresholds = heap.take_over()
+        try:
+            await self._run()
+        finally:
+            heap.restore(thresholds)
+
+    async def _run(self) -> None:
+        s = self.settings
         async with anyio.create_task_group() as tg:
+            tg.start_soon(heap.keep_frozen, name="heap-refreeze")
             debug_own = debug_listener(s.debug_address)
             if s.metrics_port:
                 server = HealthServer(

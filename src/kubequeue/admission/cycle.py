@@ -248,7 +248,7 @@ class AdmissionCycle:
                 if _perf() > deadline:
                     yield
                     deadline = _perf() + step
-            parking.start(
+            for _ in parking.start_steps(
                 cache,
                 ledger,
                 generation,
@@ -257,7 +257,10 @@ class AdmissionCycle:
                 budget=budget,
                 starved_before=starved_before if self.starvation_seconds else None,
                 setting=(ledger.epoch, self.strict_fifo, self.preemption),
-            )
+            ):
+                if check and _perf() > deadline:
+                    yield
+                    deadline = _perf() + step
         lines = tracker.queue.lines()
         # One line (always so without Queue objects): walk it in order. Several: the line whose
         # head has the better fair-share claim goes next (Walk).

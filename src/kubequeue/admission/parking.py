@@ -333,6 +333,33 @@ class Parking:
         """Before the walk: wake every parked job whose visit this cycle might differ from the
         one recorded. ``setting`` covers what decides which lines may park at all (the Queue
         tree, the implicit queue's strategy and preemption, the starvation guard)."""
+        for _ in self.start_steps(
+            cache,
+            ledger,
+            generation,
+            now=now,
+            report_interval=report_interval,
+            budget=budget,
+            starved_before=starved_before,
+            setting=setting,
+        ):
+            pass
+
+    def start_steps(
+        self,
+        cache: CapacityCache,
+        ledger: QuotaLedger,
+        generation: tuple[int, int],
+        *,
+        now: float,
+        report_interval: float,
+        budget: int,
+        starved_before: float | None,
+        setting: tuple[object, ...],
+    ) -> Iterator[None]:
+        """``start``, stopping (yield) where a slicing cycle may let the event loop go on:
+        between the groups of shapes the capacity freed is weighed against (thousands of freed
+        nodes times tens of groups: tens of milliseconds at 8,000 nodes)."""
         self.settle()  # what the last walk decided to park, as it would be at its end
         self._walking = True
         self._cycle = self._stamp.cycles + 1
@@ -346,7 +373,7 @@ class Parking:
             self._wake_all()
         if cache.nodes_generation != self._nodes_gen:
             self._nodes_changed(cache.nodes_generation)
-        self._capacity_freed(cache)
+        yield from self._capacity_freed(cache)
         self._quota_moved(ledger)
         if starved_before is not None:
             heap = self._starving
@@ -582,9 +609,9 @@ class Parking:
                     self._make_due(record, job)
         self._fresh.clear()
 
-    def _capacity_freed(self, cache: CapacityCache) -> None:
+    def _capacity_freed(self, cache: CapacityCache) -> Iterator[None]:
         """Grow each shape's bound by what the nodes freed since fit of it now; wake the jobs
-        the bound reaches."""
+        the bound reaches. Stops (yield) after each group of shapes."""
         since = self._freed_gen
         self._freed_gen = cache.freed_generation
         gained = self._gained
@@ -641,6 +668,7 @@ class Parking:
                     for shape in list(lines.values()):
                         if room >= shape.counts[0]:
                             self._wake_next(shape, None)
+            yield
 
     def _quota_moved(self, ledger: QuotaLedger) -> None:
         for job, record in self._stale:
