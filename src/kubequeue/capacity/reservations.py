@@ -115,8 +115,14 @@ class Reservations:
             self._pinned.add(job)
         held = _Held(job, next(self._serial), pod_sets={ps.name: ps for ps in pod_sets})
         self._held[job] = held
+        # Pods in flight counted once per pod set, not per node (a shape key is hashed twice
+        # per count: a first cycle's admissions hold tens of thousands of node assignments).
+        counts: dict[str, int] = {}
         for a in assignments:
-            self._add(held, a.pod_set, a.node, a.count)
+            self._place(held, a.pod_set, a.node, a.count)
+            counts[a.pod_set] = counts.get(a.pod_set, 0) + a.count
+        for name, count in counts.items():
+            self._count_inflight(held.pod_sets[name], count)
         self.reconcile(job)
 
     def track(self, job: JobKey, pod_sets: Sequence[PodSet]) -> None:
@@ -344,6 +350,11 @@ class Reservations:
         return any(v < 0 for v in state.free.values())
 
     def _add(self, held: _Held, pod_set: str, node: str, count: int) -> None:
+        self._place(held, pod_set, node, count)
+        self._count_inflight(held.pod_sets[pod_set], count)
+
+    def _place(self, held: _Held, pod_set: str, node: str, count: int) -> None:
+        """``_add`` but for the count of pods in flight."""
         ps = held.pod_sets[pod_set]
         nodes = held.placed.setdefault(pod_set, {})
         nodes[node] = nodes.get(node, 0) + count
@@ -352,7 +363,6 @@ class Reservations:
         jobs[held.key] = jobs.get(held.key, 0) + count
         self._holds_version += 1
         self._holds_changed.add(node)
-        self._count_inflight(ps, count)
         if node != UNPLACED:
             self._cache.reserve(node, ps.request, count)
 
