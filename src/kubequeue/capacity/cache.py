@@ -114,7 +114,7 @@ class CapacityCache:
         # Nodes whose index bucket changed since the index was last brought up to date. The
         # index is read only through candidates() and most_free(), which apply these moves
         # first, so a burst of pod events costs at most one index update per node.
-        self._stale: dict[str, None] = {}
+        self._stale: dict[str, int] = {}  # node -> its latest move's stamp (NodeState.moved)
         self._moves = 0
         self._feasible: dict[NodeConstraints, frozenset[str]] = {}
         # label key -> its values on schedulable nodes -> those nodes (capacity/topology.py)
@@ -224,7 +224,7 @@ class CapacityCache:
         state.index_key = key
         self._moves += 1
         state.moved = self._moves
-        self._stale[state.name] = None
+        self._stale[state.name] = self._moves
 
     def _refresh_index(self) -> None:
         """Apply the pending bucket moves in the order they happened: each moved node goes last
@@ -235,14 +235,19 @@ class CapacityCache:
         stale = self._stale
         order: list[str] = list(stale)
         if len(order) > 1:
-            order.sort(key=lambda n: s.moved if (s := nodes.get(n)) is not None else 0)
+            # (Each node's latest stamp is its NodeState.moved; a node gone from ``nodes`` is
+            # only removed, which moves no other node.)
+            order.sort(key=stale.__getitem__)
         for name in order:
             state = nodes.get(name)
             key = state.index_key if state is not None else None
             if key is None or state is None:
                 index.remove(name)
             else:
-                index.place(name, key, _hard(state.taints))
+                # A node in the index is in the partition of its hard taints already (a taint
+                # change repartitions it at once): only a node new to the index needs _hard.
+                part = index.partition_of(name)
+                index.place(name, key, _hard(state.taints) if part is None else part)
         stale.clear()
 
     def _freed(self, node: str) -> None:

@@ -102,6 +102,11 @@ class FreeIndex:
         buckets[g][c][name] = None
         self._where[name] = (g, c, part)
 
+    def partition_of(self, name: str) -> Hashable | None:
+        """The partition ``name`` is in (None: it is not in the index)."""
+        where = self._where.get(name)
+        return where[2] if where is not None else None
+
     def repartition(self, name: str, part: Hashable) -> None:
         """Move ``name`` to partition ``part``, in the same bucket. A partition's buckets keep
         the overall order of their nodes (so walking one partition gives the overall walk
