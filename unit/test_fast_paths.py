@@ -4,6 +4,7 @@ bookkeeping and lazy index, the pod request memo, and the informer's one-pass de
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import msgspec
@@ -738,3 +739,26 @@ def test_a_node_whose_taints_change_keeps_its_place_in_the_walk() -> None:
     cache.upsert_node(b.node("a", gpu=4))  # the taint is removed: a joins b's partition
     assert list(cache.candidates(request)) == ["a", "b", "c"]
     assert list(cache.candidates(request, untolerant)) == ["a", "b"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    deadlines=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 9)), max_size=300),
+    now=st.integers(0, 50),
+)
+def test_due_deadlines_come_in_heap_order_however_many_are_due(deadlines, now) -> None:
+    """JobTracker._due_deadlines (popped one by one, or past a few split off and sorted)
+    returns what popping the heap up to ``now`` returns, and leaves the same heap behind."""
+    cache = CapacityCache()
+    tracker = JobTracker(cache, JobQueue(), Reservations(cache))
+    items = [(float(d), ("Job", "ns", f"j{k}")) for d, k in deadlines]
+    reference = list(items)
+    heapq.heapify(reference)
+    tracker._deadlines = list(reference)
+    expected = []
+    while reference and reference[0][0] <= now:
+        expected.append(heapq.heappop(reference))
+    assert tracker._due_deadlines(float(now)) == expected
+    assert sorted(tracker._deadlines) == sorted(reference)
+    left = tracker._deadlines  # still a heap
+    assert all(left[(c - 1) // 2] <= left[c] for c in range(1, len(left)))

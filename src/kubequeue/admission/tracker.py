@@ -282,9 +282,7 @@ class JobTracker:
         """Admitted jobs past their pods-ready deadline with pods not all started:
         (job, pods started, pods expected). Each job comes up once per admission."""
         out = []
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            deadline, key = heapq.heappop(heap)
+        for deadline, key in self._due_deadlines(now):
             if self._deadline_of.get(key) != deadline:
                 continue  # it stopped, or was admitted again since (a newer deadline)
             job = self.admitted.get(key)
@@ -297,6 +295,22 @@ class JobTracker:
             if started < expected:
                 out.append((job, started, expected))
         return out
+
+    def _due_deadlines(self, now: float) -> list[tuple[float, JobKey]]:
+        """The deadlines up to ``now``, taken off the heap, in order. A first cycle after
+        start-up finds every running job's deadline passed: past _DUE_POPS of them, they are
+        split off and sorted at once rather than popped one by one (the same order)."""
+        heap = self._deadlines
+        due: list[tuple[float, JobKey]] = []
+        while heap and heap[0][0] <= now:
+            if len(due) == _DUE_POPS:
+                due += [item for item in heap if item[0] <= now]
+                due.sort()
+                heap[:] = [item for item in heap if item[0] > now]
+                heapq.heapify(heap)
+                break
+            due.append(heapq.heappop(heap))
+        return due
 
     def unplaceable(
         self, now: float, grace: float
@@ -822,6 +836,8 @@ class JobTracker:
 
 
 _QUEUE_PROBLEMS = frozenset({"UnknownQueue", "InvalidQueue"})
+# Deadlines popped off the heap one by one before the rest that are due are sorted at once.
+_DUE_POPS = 64
 _CAPABLE: dict[tuple[type, Any], bool] = {}
 
 
