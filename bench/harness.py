@@ -171,9 +171,12 @@ class Harness:
         """What the admission loop does while it waits for the next change: make the parks the
         last cycle decided (admission/parking.py), a slice at a time as the loop does."""
         cycle = self.cycle
-        while cycle.unsettled:
+        budget = self.slice_seconds or 0.0
+        while cycle.unsettled:  # as AdmissionLoop._settle_slice, then the loop's checkpoint
             started = _perf()
             cycle.settle(SETTLE_SLICE)
+            while cycle.unsettled and _perf() - started < budget:
+                cycle.settle(SETTLE_SLICE)
             self._step("parking slice", _perf() - started)
 
     def run_cycle(self) -> CycleResult:
