@@ -145,6 +145,7 @@ def core_run(
     started = clock()
     first = h.run_cycle()
     out["first_cycle_s"] = clock() - started
+    out["first_write_s"] = h.first_write_s if h.first_write_s is not None else math.nan
     # Then, in the loop's idle time (or at the start of the next cycle), parking the jobs it
     # found waiting: timed on its own, not hidden in the next cycle's figure.
     started = clock()

@@ -114,6 +114,9 @@ class Harness:
         self.steps: dict[tuple[str, str], float] | None = None
         self.phase = "start-up"
         self._gc_started = 0.0
+        # Of the last cycle: when the loop would start its first admission's write, seconds
+        # after the cycle began (None: it admitted nothing).
+        self.first_write_s: float | None = None
         self._thresholds: tuple[int, int, int] | None = None
         self._tick = 0.0
         if trace is not None:
@@ -198,15 +201,22 @@ class Harness:
             self._step("cycle (whole)", _perf() - started)
             return result
         steps = self.cycle.slices(self.slice_seconds)
+        began = _perf()
+        self.first_write_s = None
         while True:
             started = _perf()
             try:
-                next(steps)
+                so_far = next(steps)
             except StopIteration as done:
                 self._step("cycle slice", _perf() - started)
                 last: CycleResult = done.value
+                if self.first_write_s is None and last.admitted:
+                    self.first_write_s = _perf() - began
                 return last
             self._step("cycle slice", _perf() - started)
+            if self.first_write_s is None and so_far.admitted:
+                # The loop starts this admission's write now (AdmissionLoop._decide).
+                self.first_write_s = _perf() - began
 
     def explain(self, result: CycleResult) -> None:
         """What the loop runs once the writes are on their way: the reasons due."""

@@ -46,6 +46,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         put("job_ingest_jps", r["job_ingest_jps"])
         put("first_cycle_ms", r["first_cycle_s"] * 1e3)
         put("first_settle_ms", r.get("first_settle_s", 0.0) * 1e3)
+        put("first_write_ms", r.get("first_write_s", math.nan) * 1e3)
         for phase in ("start-up", "running", "drain"):
             put(f"longest_step_{phase}_ms", r.get(f"longest_step_{phase}_ms", math.nan))
         put("decisions_per_s", d["evaluated"] / d["cycle_s"] if d["cycle_s"] else math.nan)
@@ -154,6 +155,12 @@ _ROWS = (
     ("idle_p99_ms", "pod DELETED -> cycle that admits nothing, p99 ms", "ms", ""),
     ("first_cycle_ms", "first cycle over the whole queue (start-up / failover), ms", "ms", ""),
     ("first_settle_ms", "  then parking what it found waiting (loop's idle time), ms", "ms", ""),
+    (
+        "first_write_ms",
+        "  its first admission's write starts after (sliced cycle: at the end of a slice), ms",
+        "ms",
+        "",
+    ),
     (
         "longest_step_start-up_ms",
         "longest event-loop stall at start-up (list page, first cycle's slices, parking), ms",

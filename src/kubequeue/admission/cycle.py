@@ -161,10 +161,11 @@ class AdmissionCycle:
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
 
-    def slices(self, budget: float | None) -> Generator[None, None, CycleResult]:
+    def slices(self, budget: float | None) -> Generator[CycleResult, None, CycleResult]:
         """The same cycle, stopping (yield) each time it has run ``budget`` seconds since it
         started or last resumed; None: it never stops. The caller resumes it with next() until
-        StopIteration carries the result. Between two slices nothing may change the state it
+        StopIteration carries the result; each stop yields the result so far, whose admissions
+        are final (their writes may start). Between two slices nothing may change the state it
         decides on (kube/gate.py): it then decides exactly what one uninterrupted cycle does,
         and the same code runs either way."""
         check = budget is not None
@@ -179,11 +180,11 @@ class AdmissionCycle:
         while check and (self._due or self._late):
             result.notices.extend(self.explain_deferred(_REASONS_STEP))
             if _perf() > deadline:
-                yield
+                yield result
                 deadline = _perf() + step
         tracker.reservations.relocate()
         if check and _perf() > deadline:
-            yield
+            yield result
             deadline = _perf() + step
         debt = tracker.reservations.debt()
         headroom = _headroom(cache, debt)
@@ -203,7 +204,7 @@ class AdmissionCycle:
             if self.requeue.unplaceable:
                 self._unplaceable(result, now)
         if check and _perf() > deadline:
-            yield
+            yield result
             deadline = _perf() + step
         budget = self.explain_budget
         generation = (cache.freed_generation, cache.nodes_generation)
@@ -246,7 +247,7 @@ class AdmissionCycle:
             while check and parking.unsettled:
                 parking.settle(_SETTLE_STEP)
                 if _perf() > deadline:
-                    yield
+                    yield result
                     deadline = _perf() + step
             for _ in parking.start_steps(
                 cache,
@@ -259,7 +260,7 @@ class AdmissionCycle:
                 setting=(ledger.epoch, self.strict_fifo, self.preemption),
             ):
                 if check and _perf() > deadline:
-                    yield
+                    yield result
                     deadline = _perf() + step
         lines = tracker.queue.lines()
         # One line (always so without Queue objects): walk it in order. Several: the line whose
@@ -284,7 +285,7 @@ class AdmissionCycle:
         for job in jobs:  # step 1
             # (A clock read is ~60 ns, a visit microseconds to a millisecond: read at each.)
             if check and _perf() > deadline:
-                yield
+                yield result
                 deadline = _perf() + step
             if inflight and job.key in inflight:
                 continue
@@ -449,7 +450,7 @@ class AdmissionCycle:
                     break
                 walk.block(job.queue)
         if check and _perf() > deadline:
-            yield
+            yield result
         if parking is not None:
             parked_evaluated, parked_waiting = parking.finish(generation)
             evaluated += parked_evaluated

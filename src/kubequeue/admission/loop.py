@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import structlog
 
@@ -70,6 +71,9 @@ SETTLE_SLICE = 256
 # A cycle's slice, seconds: short against a webhook's timeout (seconds) and the loop's other
 # work (a watch chunk, a metrics scrape), long against the cost of pausing (one checkpoint).
 SLICE_SECONDS = 0.02
+# Admission writes started per turn of the event loop (the limiter lets max_inflight of them
+# send at once; more only wait): during a cycle, between two slices; after it, the rest.
+WRITES_PER_TURN = 64
 # Reasons for waiting jobs written per slice after a cycle (each a scan of the nodes); those
 # left when a change comes are written first by the next cycle.
 REASONS_SLICE = 4
@@ -107,6 +111,8 @@ class AdmissionLoop:
         self.max_retry_delay = max_retry_delay
         self.rejected_pause = rejected_pause
         self._wakeup = anyio.Event()
+        # Admissions of the cycle under way whose writes have started (``_decide``).
+        self._started = 0
         self._gauges_at = 0.0
         self._queue_series: set[tuple[str, ...]] = set()
         self._following: set[JobKey] = set()
@@ -132,7 +138,7 @@ class AdmissionLoop:
                     await self._wakeup.wait()
                 self._wakeup = anyio.Event()
                 started = time.perf_counter()
-                result, busy, slices = await self._decide()
+                result, busy, slices = await self._decide(tg, limiter)
                 wake_in = result.wake_in
                 metrics.CYCLE_SECONDS.observe(busy)
                 if result.evaluated or result.admitted:
@@ -147,8 +153,7 @@ class AdmissionLoop:
                     )
                 for notice in result.notices:
                     self._publish(notice)
-                for admission in result.admitted:
-                    tg.start_soon(self._admit, admission, limiter)
+                await self._start_writes(tg, limiter, result.admitted[self._started :])
                 for preemption in result.preemptions:
                     for victim in preemption.victims:
                         tg.start_soon(self._preempt, preemption, victim, limiter)
@@ -176,11 +181,19 @@ class AdmissionLoop:
                     self._settle_slice()
                     await anyio.lowlevel.checkpoint()
 
-    async def _decide(self) -> tuple[CycleResult, float, int]:
+    async def _decide(
+        self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter
+    ) -> tuple[CycleResult, float, int]:
         """One cycle, in slices of at most about ``slice_seconds`` with the event loop let go
         on between them and the state kept still meanwhile (the gate): the Lease, the webhook,
         metrics and watch reads wait a slice, never a whole cycle. Returns the result, the
         cycle's own time (its slices' sum) and the number of slices.
+
+        The writes of the admissions decided so far start between slices (up to
+        WRITES_PER_TURN each time; ``_started`` of them in all): an admission is final once
+        decided, and its write's answer waits at the gate like any other. After a start-up or
+        failover the first jobs are written after a slice, not after the cycle over the whole
+        queue.
 
         Cancellation (leadership lost, shutdown) is held off until the cycle is done: a cycle
         abandoned halfway would leave jobs begun (holds taken) that no write task will ever
@@ -190,21 +203,40 @@ class AdmissionLoop:
         gate = self.gate
         busy = 0.0
         slices = 0
+        self._started = 0
         gate.close()
         try:
             while True:
                 slices += 1
                 started = time.perf_counter()
                 try:
-                    next(steps)
+                    so_far = next(steps)
                 except StopIteration as done:
                     busy += time.perf_counter() - started
                     return done.value, busy, slices
                 busy += time.perf_counter() - started
+                new = so_far.admitted[self._started : self._started + WRITES_PER_TURN]
+                for admission in new:
+                    tg.start_soon(self._admit, admission, limiter)
+                self._started += len(new)
                 with anyio.CancelScope(shield=True):
                     await anyio.lowlevel.checkpoint()
         finally:
             gate.open()
+
+    async def _start_writes(
+        self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter, admissions: list[Admission]
+    ) -> None:
+        """Start the admissions' writes, WRITES_PER_TURN at a time: a first cycle after a
+        failover admits thousands of jobs, and each new task's first step (up to the limiter)
+        is work for the event loop. Cancellation waits until all are started (shielded): one
+        never started would never undo its hold; started into a cancelled group, each does."""
+        for i in range(0, len(admissions), WRITES_PER_TURN):
+            if i:
+                with anyio.CancelScope(shield=True):
+                    await anyio.lowlevel.checkpoint()
+            for admission in admissions[i : i + WRITES_PER_TURN]:
+                tg.start_soon(self._admit, admission, limiter)
 
     def _settle_slice(self) -> None:
         """Park for about a slice's time (one batch at least)."""
