@@ -149,9 +149,9 @@ class Harness:
             self._gc_started = 0.0
 
     def tick_heap(self) -> None:
-        """The controller's heap refreeze (kubequeue/heap.py: its task checks twice a second,
-        here before each cycle and watch read)."""
-        if heap.due():
+        """The controller's heap refreeze (kubequeue/heap.py: its task looks every 50 ms, which
+        is between any two steps; here after each step)."""
+        if self._thresholds is not None and heap.due():
             started = _perf()
             heap.refreeze()
             self._step("heap refreeze", _perf() - started)
@@ -181,6 +181,7 @@ class Harness:
             while cycle.unsettled and _perf() - started < budget:
                 cycle.settle(SETTLE_SLICE)
             self._step("parking slice", _perf() - started)
+            self.tick_heap()
 
     def run_cycle(self) -> CycleResult:
         """One admission cycle, as the admission loop runs it: the decisions, then the reasons
@@ -214,6 +215,7 @@ class Harness:
                     self.first_write_s = _perf() - began
                 return last
             self._step("cycle slice", _perf() - started)
+            self.tick_heap()  # the controller's refreeze task runs between slices
             if self.first_write_s is None and so_far.admitted:
                 # The loop starts this admission's write now (AdmissionLoop._decide).
                 self.first_write_s = _perf() - began
@@ -226,6 +228,7 @@ class Harness:
             started = _perf()
             result.notices.extend(cycle.explain_deferred(limit))
             self._step("reasons", _perf() - started)
+            self.tick_heap()
             if not cycle.reasons_due:
                 break
         if self.trace is not None:

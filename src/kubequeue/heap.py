@@ -8,8 +8,9 @@ is replaced as it churns (pods end and start, jobs are admitted): after an hour 
 cluster most of it is new, tracked again, and full passes are as long as ever.
 
 So the controller takes full passes over (``take_over``): the collector's own never come
-(their threshold is out of reach), and ``refreeze`` runs instead once the young generations have
-been collected ``REFREEZE_AFTER`` times since the last one: a full pass, which walks only what
+(their threshold is out of reach), and ``refreeze`` runs instead (looked for every 50 ms, so
+between a cycle's slices too) once the young generations have been collected ``REFREEZE_AFTER``
+times since the last one: a full pass, which walks only what
 was made since the last freeze (about 70,000 objects at most: milliseconds to tens of them), then a
 freeze of what is left. Cyclic garbage made since the last freeze is collected by that pass; what
 a freeze can keep for good is a reference cycle that was alive then and became garbage later.
@@ -53,8 +54,9 @@ def refreeze() -> None:
     gc.freeze()
 
 
-async def keep_frozen(check_every: float = 0.5) -> None:
-    """Run until cancelled: a refreeze whenever one is due."""
+async def keep_frozen(check_every: float = 0.05) -> None:
+    """Run until cancelled: a refreeze whenever one is due. It looks often (a look is one
+    counter read): a sliced cycle allocates fast, and this runs between its slices."""
     while True:
         await anyio.sleep(check_every)
         if due():
