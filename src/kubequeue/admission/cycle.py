@@ -61,7 +61,7 @@ _perf = time.perf_counter
 # Parks made between two looks at the clock when a slicing cycle makes the last walk's first.
 _SETTLE_STEP = 256
 # Reasons written between two looks at the clock (each scans the nodes).
-_REASONS_STEP = 2
+_REASONS_STEP = 1
 
 __all__ = ["Admission", "AdmissionCycle", "CycleResult"]
 
