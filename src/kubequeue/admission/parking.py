@@ -153,18 +153,21 @@ class _Stamp:
 
 
 class _Record(Parked):
-    __slots__ = ("cycle", "entry", "line")
+    __slots__ = ("cycle", "entry", "line", "order")
 
     def __init__(self, line: str, entry: tuple[Any, ...], cycle: int) -> None:
         self.line = line
         self.entry = entry
+        # The walk order, without the job at the end of the entry: equal order keys are the
+        # same job, of which at most one record is live. Kept (one tuple per parked job), not
+        # sliced at each comparison: a heap's compaction compares hundreds of thousands.
+        self.order = entry[:-1]
         self.cycle = cycle  # the cycle that parked it
 
     def __lt__(self, other: _Record) -> bool:
         """Walk order, so heaps hold the records themselves (a tuple per heap entry would cost
-        about 200 bytes per parked job). The job at the end of the entries is not compared:
-        equal order keys are the same job, of which at most one record is live."""
-        return self.entry[:-1] < other.entry[:-1]
+        about 200 bytes per parked job)."""
+        return self.order < other.order
 
     @property
     def live(self) -> bool:
@@ -189,6 +192,7 @@ class _Capacity(_Record):
         # parked job, and a first cycle parks every job of the queue.)
         self.line = line
         self.entry = entry
+        self.order = entry[:-1]
         self.cycle = cycle
         self.stamp = stamp
         self.shape = shape
