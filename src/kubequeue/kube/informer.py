@@ -40,12 +40,12 @@ __all__ = ["Codec", "Handler", "Informer", "dict_codec", "struct_codec"]
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
 
 # A list page is handed to the handler in stretches of about this long (checked every
 # LIST_CHECK_EVERY objects), the event loop getting a turn between them.
 LIST_SLICE_S = 0.02
 LIST_CHECK_EVERY = 32
-T_contra = TypeVar("T_contra", contravariant=True)
 
 
 class Handler(Protocol[T_contra]):
