@@ -242,7 +242,7 @@ class AdmissionCycle:
             parking = None
         if parking is not None:
             # Parks the last walk decided and the loop's idle time did not make (a change cut
-            # it short: in a busy drain, most) are made first, in slices too; start() would
+            # it short: in a busy drain, most) are made first, in slices too; start_steps would
             # make them all at once.
             while check and parking.unsettled:
                 parking.settle(_SETTLE_STEP)

@@ -322,33 +322,6 @@ class Parking:
         return self.capacity_parked + self.quota_parked + self.silent
 
     # ----------------------------------------------------------------- cycle start / end
-    def start(
-        self,
-        cache: CapacityCache,
-        ledger: QuotaLedger,
-        generation: tuple[int, int],
-        *,
-        now: float,
-        report_interval: float,
-        budget: int,
-        starved_before: float | None,
-        setting: tuple[object, ...],
-    ) -> None:
-        """Before the walk: wake every parked job whose visit this cycle might differ from the
-        one recorded. ``setting`` covers what decides which lines may park at all (the Queue
-        tree, the implicit queue's strategy and preemption, the starvation guard)."""
-        for _ in self.start_steps(
-            cache,
-            ledger,
-            generation,
-            now=now,
-            report_interval=report_interval,
-            budget=budget,
-            starved_before=starved_before,
-            setting=setting,
-        ):
-            pass
-
     def start_steps(
         self,
         cache: CapacityCache,
@@ -361,9 +334,12 @@ class Parking:
         starved_before: float | None,
         setting: tuple[object, ...],
     ) -> Iterator[None]:
-        """``start``, stopping (yield) where a slicing cycle may let the event loop go on:
-        between the groups of shapes the capacity freed is weighed against (thousands of freed
-        nodes times tens of groups: tens of milliseconds at 8,000 nodes)."""
+        """Before the walk: wake every parked job whose visit this cycle might differ from the
+        one recorded. ``setting`` covers what decides which lines may park at all (the Queue
+        tree, the implicit queue's strategy and preemption, the starvation guard). Stops
+        (yield) where a slicing cycle may let the event loop go on: between the groups of
+        shapes the capacity freed is weighed against (thousands of freed nodes times tens of
+        groups: tens of milliseconds at 8,000 nodes)."""
         self.settle()  # what the last walk decided to park, as it would be at its end
         self._walking = True
         self._cycle = self._stamp.cycles + 1
