@@ -47,8 +47,10 @@ def _node(name: str, rack: str) -> Node:
 def _spec(gpus: int) -> dict[str, Any]:
     return {
         "containers": [
-            {"name": "c", "resources": {"requests": {"cpu": "1", GPU: str(gpus)},
-                                        "limits": {GPU: str(gpus)}}}
+            {
+                "name": "c",
+                "resources": {"requests": {"cpu": "1", GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
+            }
         ]
     }
 
@@ -86,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         admitted.add(key)
         for k in range(count):
             spec = {**_spec(gpus), "schedulingGates": [{"name": PLACEMENT_GATE}]}
-            raw = {"metadata": {"name": f"j{j}-{k}", "namespace": "bench", "uid": f"u{j}-{k}"},
-                   "spec": spec, "status": {"phase": "Pending"}}
+            raw = {
+                "metadata": {"name": f"j{j}-{k}", "namespace": "bench", "uid": f"u{j}-{k}"},
+                "spec": spec,
+                "status": {"phase": "Pending"},
+            }
             pods.append((msgspec.convert(raw, Pod), (key, None)))
     per_pod: list[float] = []
     planned = 0
@@ -106,12 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     def ms(values: list[float], q: float) -> str:
         return f"{values[min(len(values) - 1, int(q * len(values)))] * 1000:.3f}"
 
-    print("| nodes | racks | jobs admitted | pods | planned | pin per pod p50 / p99 / max (ms) "
-          "| all pods (s) | placement per job p50 / p99 (ms) |")
+    print(
+        "| nodes | racks | jobs admitted | pods | planned | pin per pod p50 / p99 / max (ms) "
+        "| all pods (s) | placement per job p50 / p99 (ms) |"
+    )
     print("|---:|---:|---:|---:|---:|---|---:|---|")
-    print(f"| {args.nodes:,} | {args.racks or '-'} | {len(admitted):,} | {len(pods):,} | "
-          f"{planned:,} | {ms(per_pod, 0.5)} / {ms(per_pod, 0.99)} / {per_pod[-1] * 1000:.3f} | "
-          f"{total:.2f} | {ms(place_s, 0.5)} / {ms(place_s, 0.99)} |")
+    print(
+        f"| {args.nodes:,} | {args.racks or '-'} | {len(admitted):,} | {len(pods):,} | "
+        f"{planned:,} | {ms(per_pod, 0.5)} / {ms(per_pod, 0.99)} / {per_pod[-1] * 1000:.3f} | "
+        f"{total:.2f} | {ms(place_s, 0.5)} / {ms(place_s, 0.99)} |"
+    )
     print(f"mean per pod {statistics.fmean(per_pod) * 1e6:.0f} us")
     return 0
 
