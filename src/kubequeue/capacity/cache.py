@@ -487,12 +487,7 @@ class CapacityCache:
         only one partition is tolerated, only its nodes come, in the same order)."""
         if self._stale:
             self._refresh_index()
-        index = self._index
-        if constraints is not None and index.partition_count > 1:
-            tolerated = self._tolerated_partitions(constraints)
-            if tolerated is not None and len(tolerated) == 1:
-                return index.candidates(request, tolerated[0])
-        return index.candidates(request)
+        return self._index.candidates(request, *self._only_partition(constraints))
 
     def candidate_buckets(
         self, request: Mapping[str, int], constraints: NodeConstraints | None = None
@@ -502,12 +497,16 @@ class CapacityCache:
         The index must not change while they are read."""
         if self._stale:
             self._refresh_index()
-        index = self._index
-        if constraints is not None and index.partition_count > 1:
+        return self._index.buckets(request, *self._only_partition(constraints))
+
+    def _only_partition(self, constraints: NodeConstraints | None) -> tuple[Hashable, ...]:
+        """(the partition,) when ``constraints`` tolerate only one taint partition (of several):
+        the index's search can keep to it; else () for all of them."""
+        if constraints is not None and self._index.partition_count > 1:
             tolerated = self._tolerated_partitions(constraints)
             if tolerated is not None and len(tolerated) == 1:
-                return index.buckets(request, tolerated[0])
-        return index.buckets(request)
+                return (tolerated[0],)
+        return ()
 
     def copies(self, request: Mapping[str, int], constraints: NodeConstraints, limit: int) -> int:
         """How many copies of ``request`` fit on the nodes ``constraints`` allow, at most
