@@ -174,12 +174,9 @@ class Harness:
         """What the admission loop does while it waits for the next change: make the parks the
         last cycle decided (admission/parking.py), a slice at a time as the loop does."""
         cycle = self.cycle
-        budget = self.slice_seconds or 0.0
-        while cycle.unsettled:  # as AdmissionLoop._settle_slice, then the loop's checkpoint
+        while cycle.unsettled:  # a turn of the loop's idle time each
             started = _perf()
-            cycle.settle(SETTLE_SLICE)
-            while cycle.unsettled and _perf() - started < budget:
-                cycle.settle(SETTLE_SLICE)
+            cycle.settle_for(self.slice_seconds or 0.0, SETTLE_SLICE)
             self._step("parking slice", _perf() - started)
             self.tick_heap()
 
@@ -224,7 +221,7 @@ class Harness:
         """What the loop runs once the writes are on their way: the reasons due."""
         cycle = self.cycle
         limit = REASONS_SLICE if self.slice_seconds is not None else None
-        while True:  # as the loop does: a few at a time
+        while True:  # as the loop does: REASONS_SLICE at a time
             started = _perf()
             result.notices.extend(cycle.explain_deferred(limit))
             self._step("reasons", _perf() - started)

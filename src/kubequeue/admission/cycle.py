@@ -658,6 +658,14 @@ class AdmissionCycle:
     def reasons_due(self) -> int:
         return len(self._due)
 
+    def settle_for(self, seconds: float, batch: int) -> None:
+        """Make parks for about ``seconds`` (``batch`` at least, then batches until the time is
+        up): one turn of the loop's idle time."""
+        started = _perf()
+        self.settle(batch)
+        while self.unsettled and _perf() - started < seconds:
+            self.settle(batch)
+
     def explain_deferred(self, limit: int | None = None) -> list[Notice]:
         """Write the reasons the last walk marked due (at most its budget; at most ``limit`` of
         them in this call) and return the notices to publish. The loop calls this once the

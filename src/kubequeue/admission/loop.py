@@ -178,7 +178,7 @@ class AdmissionLoop:
                 # (after a start-up, the whole queue), a slice at a time so the writes just
                 # started and the informers go on; a change cuts it short.
                 while self.cycle.unsettled and not self._wakeup.is_set():
-                    self._settle_slice()
+                    self.cycle.settle_for(self.slice_seconds or 0.0, SETTLE_SLICE)
                     await anyio.lowlevel.checkpoint()
 
     async def _decide(
@@ -237,14 +237,6 @@ class AdmissionLoop:
                     await anyio.lowlevel.checkpoint()
             for admission in admissions[i : i + WRITES_PER_TURN]:
                 tg.start_soon(self._admit, admission, limiter)
-
-    def _settle_slice(self) -> None:
-        """Park for about a slice's time (one batch at least)."""
-        started = time.perf_counter()
-        cycle = self.cycle
-        cycle.settle(SETTLE_SLICE)
-        while cycle.unsettled and time.perf_counter() - started < (self.slice_seconds or 0.0):
-            cycle.settle(SETTLE_SLICE)
 
     async def _quiet(self) -> None:
         """A cancelled write task cleans up (undoes a hold, drops a victim) while the loop,
